@@ -1,0 +1,302 @@
+//! The dashboard at `/`, laid out like Spring Cloud's Eureka page: system status, the
+//! self-preservation banners, replicas, instances per application with their status, general
+//! info; and `/lastn` with the last registrations and cancellations.
+
+use std::fmt::Write;
+
+use axum::{
+    extract::State,
+    http::header,
+    response::{IntoResponse, Response},
+};
+
+use super::Api;
+use crate::registry::{Stats, instance::Status, view::AppsView};
+
+/// Spring's banner when renewals are below the threshold and self-preservation is on.
+pub const EMERGENCY: &str = "EMERGENCY! EUREKA MAY BE INCORRECTLY CLAIMING INSTANCES ARE UP WHEN THEY'RE NOT. RENEWALS ARE LESSER THAN THRESHOLD AND HENCE THE INSTANCES ARE NOT BEING EXPIRED JUST TO BE SAFE.";
+/// Below the threshold with self-preservation off.
+pub const BELOW_THRESHOLD_OFF: &str = "RENEWALS ARE LESSER THAN THE THRESHOLD. THE SELF PRESERVATION MODE IS TURNED OFF. THIS MAY NOT PROTECT INSTANCE EXPIRY IN CASE OF NETWORK/OTHER PROBLEMS.";
+/// Self-preservation off, renewals fine.
+pub const PRESERVATION_OFF: &str =
+    "THE SELF PRESERVATION MODE IS TURNED OFF. THIS MAY NOT PROTECT INSTANCE EXPIRY IN CASE OF NETWORK/OTHER PROBLEMS.";
+
+/// Which banner applies (Spring's `navbar.ftlh` logic).
+pub fn banner(stats: &Stats) -> Option<&'static str> {
+    match (stats.below_renew_threshold, stats.self_preservation_enabled) {
+        (true, true) => Some(EMERGENCY),
+        (true, false) => Some(BELOW_THRESHOLD_OFF),
+        (false, false) => Some(PRESERVATION_OFF),
+        (false, true) => None,
+    }
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+fn time(ms: i64) -> String {
+    // Days since the epoch to a civil date (Howard Hinnant's algorithm), UTC.
+    let secs = ms.div_euclid(1000);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02} +0000",
+        rem / 3600,
+        (rem / 60) % 60,
+        rem % 60
+    )
+}
+
+fn uptime(ms: i64) -> String {
+    let mins = ms.max(0) / 60_000;
+    format!("{:02}:{:02}", mins / 60, mins % 60)
+}
+
+/// What the page shows.
+pub struct Model<'a> {
+    pub stats: &'a Stats,
+    pub apps: &'a AppsView,
+    pub now: i64,
+    pub started_at: i64,
+    pub environment: &'a str,
+    pub replicas: &'a [String],
+    pub leader: Option<bool>,
+}
+
+const STYLE: &str = "body{font-family:sans-serif;margin:0;color:#222}header{background:#34495e;color:#fff;padding:12px 24px}\
+main{padding:12px 24px}table{border-collapse:collapse;width:100%;margin-bottom:18px}\
+th,td{border:1px solid #ccc;padding:6px 8px;text-align:left;vertical-align:top}th{background:#eee}\
+h2{margin-top:22px}.banner{color:#c0392b;font-weight:bold;margin:12px 0}.up{color:#1e8449}.down{color:#c0392b}";
+
+pub fn render(m: &Model<'_>) -> String {
+    let s = m.stats;
+    let mut h = String::with_capacity(8192);
+    let _ = write!(
+        h,
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>Eureka</title><style>{STYLE}</style></head><body>\
+         <header><h1>eureka-operator</h1><a style=\"color:#fff\" href=\"lastn\">LAST 1000 SINCE STARTUP</a></header><main>"
+    );
+    let _ = write!(h, "<h2>System Status</h2><table id=\"system-status\">");
+    let mut row = |k: &str, v: String| {
+        let _ = write!(h, "<tr><td>{}</td><td>{}</td></tr>", esc(k), esc(&v));
+    };
+    row("Environment", m.environment.to_string());
+    row("Data center", "default".into());
+    row("Current time", time(m.now));
+    row("Uptime", uptime(m.now - m.started_at));
+    row("Lease expiration enabled", s.lease_expiration_enabled.to_string());
+    row("Renews threshold", s.renews_threshold.to_string());
+    row("Renews (last min)", s.renews_last_min.to_string());
+    row("Self-preservation active", s.self_preservation_active.to_string());
+    if let Some(leader) = m.leader {
+        row("Holds the leader Lease", leader.to_string());
+    }
+    h.push_str("</table>");
+    if let Some(text) = banner(s) {
+        let _ = write!(h, "<p class=\"banner\" id=\"banner\">{}</p>", esc(text));
+    }
+
+    h.push_str("<h2>DS Replicas</h2><ul id=\"replicas\">");
+    for r in m.replicas {
+        let _ = write!(h, "<li>{}</li>", esc(&scrub_credentials(r)));
+    }
+    h.push_str("</ul>");
+
+    h.push_str("<h2>Instances currently registered with Eureka</h2><table id=\"instances\"><tr><th>Application</th><th>AMIs</th><th>Availability Zones</th><th>Status</th></tr>");
+    if m.apps.apps.is_empty() {
+        h.push_str("<tr><td colspan=\"4\">No instances available</td></tr>");
+    }
+    for app in &m.apps.apps {
+        let zones: std::collections::BTreeSet<&str> = app
+            .instances
+            .iter()
+            .map(|i| i.info.metadata.get("zone").unwrap_or("default"))
+            .collect();
+        let _ = write!(
+            h,
+            "<tr><td><b>{}</b></td><td>n/a ({})</td><td>{}</td><td>",
+            esc(&app.name),
+            app.instances.len(),
+            esc(&zones.into_iter().collect::<Vec<_>>().join(", "))
+        );
+        for status in [
+            Status::Up,
+            Status::Down,
+            Status::Starting,
+            Status::OutOfService,
+            Status::Unknown,
+        ] {
+            let ids: Vec<&_> = app.instances.iter().filter(|i| i.info.status == status).collect();
+            if ids.is_empty() {
+                continue;
+            }
+            let class = if status == Status::Up { "up" } else { "down" };
+            let _ = write!(
+                h,
+                "<div><b class=\"{class}\">{} ({})</b> - ",
+                status.as_str(),
+                ids.len()
+            );
+            let links: Vec<String> = ids
+                .iter()
+                .map(|i| match &i.info.status_page_url {
+                    Some(url) => format!("<a href=\"{}\">{}</a>", esc(url), esc(i.id())),
+                    None => esc(i.id()),
+                })
+                .collect();
+            let _ = write!(h, "{}</div>", links.join(" , "));
+        }
+        h.push_str("</td></tr>");
+    }
+    h.push_str("</table>");
+
+    h.push_str("<h2>General Info</h2><table id=\"general-info\">");
+    let mut row = |k: &str, v: String| {
+        let _ = write!(h, "<tr><td>{}</td><td>{}</td></tr>", esc(k), esc(&v));
+    };
+    row("environment", m.environment.to_string());
+    row(
+        "num-of-cpus",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+            .to_string(),
+    );
+    row("server-uptime", uptime(m.now - m.started_at));
+    row(
+        "registered-replicas",
+        m.replicas
+            .iter()
+            .map(|r| scrub_credentials(r))
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    row("instances", s.instances.to_string());
+    row("applications", s.applications.to_string());
+    for (origin, n) in s.by_origin {
+        row(&format!("{}-instances", origin.as_str()), n.to_string());
+    }
+    row("expected-clients", s.expected_clients.to_string());
+    h.push_str("</table></main></body></html>");
+    h
+}
+
+/// Replica URLs may carry `user:password@`; the page never shows it.
+fn scrub_credentials(url: &str) -> String {
+    match (url.find("://"), url.find('@')) {
+        (Some(scheme), Some(at)) if at > scheme => format!("{}{}", &url[..scheme + 3], &url[at + 1..]),
+        _ => url.to_string(),
+    }
+}
+
+pub fn render_lastn(registered: &[(i64, String)], cancelled: &[(i64, String)]) -> String {
+    let mut h = String::new();
+    let _ = write!(
+        h,
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>Eureka - last 1000</title><style>{STYLE}</style></head><body><header><h1>eureka-operator</h1><a style=\"color:#fff\" href=\".\">HOME</a></header><main>"
+    );
+    for (title, id, list) in [
+        ("Last 1000 newly registered leases", "registered", registered),
+        ("Last 1000 cancelled leases", "cancelled", cancelled),
+    ] {
+        let _ = write!(
+            h,
+            "<h2>{title}</h2><table id=\"{id}\"><tr><th>Timestamp</th><th>Lease</th></tr>"
+        );
+        for (t, lease) in list {
+            let _ = write!(h, "<tr><td>{}</td><td>{}</td></tr>", time(*t), esc(lease));
+        }
+        h.push_str("</table>");
+    }
+    h.push_str("</main></body></html>");
+    h
+}
+
+fn html(body: String) -> Response {
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], body).into_response()
+}
+
+pub async fn page(State(api): State<Api>) -> Response {
+    let (stats, apps, now) = api.state.with_registry(|r, now| (r.stats(now), r.full_view(), now));
+    let leader = api.leadership.as_ref().map(|l| *l.borrow());
+    let replicas = api.peer_urls();
+    html(render(&Model {
+        stats: &stats,
+        apps: &apps,
+        now,
+        started_at: api.started_at,
+        environment: &api.environment,
+        replicas: &replicas,
+        leader,
+    }))
+}
+
+pub async fn lastn(State(api): State<Api>) -> Response {
+    let (registered, cancelled) = api.state.with_registry(|r, _| r.recent());
+    html(render_lastn(&registered, &cancelled))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::{Registry, RegistryConfig};
+
+    fn stats(below: bool, enabled: bool) -> Stats {
+        let mut r = Registry::new(RegistryConfig::default(), 0);
+        let mut s = r.stats(0);
+        s.below_renew_threshold = below;
+        s.self_preservation_enabled = enabled;
+        s
+    }
+
+    #[test]
+    fn banners_follow_spring() {
+        assert_eq!(banner(&stats(true, true)), Some(EMERGENCY));
+        assert_eq!(banner(&stats(true, false)), Some(BELOW_THRESHOLD_OFF));
+        assert_eq!(banner(&stats(false, false)), Some(PRESERVATION_OFF));
+        assert_eq!(banner(&stats(false, true)), None);
+    }
+
+    #[test]
+    fn time_is_utc_civil() {
+        assert_eq!(time(0), "1970-01-01T00:00:00 +0000");
+        assert_eq!(time(1_700_000_000_000), "2023-11-14T22:13:20 +0000");
+        assert_eq!(uptime(3_723_000), "01:02");
+    }
+
+    #[test]
+    fn page_escapes_and_scrubs() {
+        let s = stats(false, true);
+        let apps = AppsView {
+            versions_delta: 1,
+            apps_hashcode: String::new(),
+            apps: vec![],
+        };
+        let replicas = vec!["http://user:pw@peer:8761/eureka/".to_string()];
+        let page = render(&Model {
+            stats: &s,
+            apps: &apps,
+            now: 0,
+            started_at: 0,
+            environment: "<test>",
+            replicas: &replicas,
+            leader: None,
+        });
+        assert!(page.contains("&lt;test&gt;"));
+        assert!(page.contains("http://peer:8761/eureka/"));
+        assert!(!page.contains("pw@"));
+        assert!(page.contains("No instances available"));
+    }
+}

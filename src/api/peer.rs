@@ -1,0 +1,142 @@
+//! `POST peerreplication/batch`: a peer's replication batch applied item by item with
+//! replication semantics, answered with one status per item (409 items carry our copy).
+
+use axum::{
+    body::Body,
+    http::{HeaderMap, StatusCode},
+    response::Response,
+};
+
+use super::{
+    Api,
+    negotiate::{self, ApiError},
+};
+use crate::{
+    codec::{
+        Format,
+        batch::{self, ItemResponse, ReplicationItem},
+    },
+    registry::{Action, Command, Reply, Source, instance::Status},
+    state::Writer,
+};
+
+/// Sent by this operator's replicas on every replication request, with the sender's replica id.
+/// Batches without it come from other Eureka servers (Java peers).
+pub const REPLICA_HEADER: &str = "x-eureka-operator-replica";
+
+/// Java's marker on single-operation replication calls (`"true"` exactly).
+pub const JAVA_REPLICATION_HEADER: &str = "x-netflix-discovery-replication";
+
+pub async fn batch(api: &Api, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let body = negotiate::read_body(headers, body, api.max_body).await?;
+    let writer = if headers.contains_key(REPLICA_HEADER) {
+        Writer::Replica
+    } else {
+        Writer::ForeignPeer
+    };
+    let items = batch::decode_list(&body, api.state.now()).map_err(|e| ApiError::Unparseable {
+        detail: e.message,
+        json: true,
+    })?;
+    let responses: Vec<ItemResponse> = items.into_iter().map(|item| apply(api, item, &writer)).collect();
+    Ok(negotiate::document(
+        StatusCode::OK,
+        batch::encode_response(&responses),
+        Format::Json,
+    ))
+}
+
+fn status_code(code: u16) -> ItemResponse {
+    ItemResponse {
+        status_code: code,
+        entity: None,
+    }
+}
+
+fn apply(api: &Api, item: Result<ReplicationItem, String>, writer: &Writer) -> ItemResponse {
+    let item = match item {
+        Ok(item) => item,
+        Err(message) => {
+            tracing::warn!(%message, "refused a replication item");
+            return status_code(500);
+        }
+    };
+    let exact = |s: Option<&str>| match s {
+        None => Ok(None),
+        Some(s) => Status::parse_exact(s).map(Some).ok_or(()),
+    };
+    let command = match item.action {
+        Action::Register => {
+            let Some(info) = item.instance else {
+                return status_code(500);
+            };
+            let registration = crate::codec::Registration {
+                info,
+                has_data_center: true,
+            };
+            if let Err(message) = crate::codec::validate_registration(&registration, &registration.info.app) {
+                // Java reports 200 for every Register item, valid or not.
+                tracing::warn!(%message, id = %item.id, "ignored an invalid replicated registration");
+                return status_code(200);
+            }
+            Command::Register {
+                info: registration.info,
+                source: Source::Peer,
+            }
+        }
+        Action::Heartbeat => {
+            let Ok(overridden_status) = exact(item.overridden_status.as_deref()) else {
+                return status_code(500);
+            };
+            Command::Renew {
+                app: item.app_name,
+                id: item.id,
+                source: Source::Peer,
+                overridden_status,
+                last_dirty_timestamp: item.last_dirty_timestamp,
+            }
+        }
+        Action::Cancel => Command::Cancel {
+            app: item.app_name,
+            id: item.id,
+            source: Source::Peer,
+        },
+        Action::StatusUpdate => {
+            let Ok(Some(status)) = exact(item.status.as_deref()) else {
+                return status_code(500);
+            };
+            Command::SetStatus {
+                app: item.app_name,
+                id: item.id,
+                status,
+                last_dirty_timestamp: item.last_dirty_timestamp,
+                source: Source::Peer,
+            }
+        }
+        Action::DeleteStatusOverride => {
+            let Ok(status) = exact(item.status.as_deref()) else {
+                return status_code(500);
+            };
+            Command::DeleteStatusOverride {
+                app: item.app_name,
+                id: item.id,
+                status: status.unwrap_or(Status::Unknown),
+                last_dirty_timestamp: item.last_dirty_timestamp,
+                source: Source::Peer,
+            }
+        }
+    };
+    let is_register = matches!(command, Command::Register { .. });
+    match api.state.apply(command, writer.clone()).reply {
+        Reply::Registered | Reply::Ok | Reply::Unchanged => status_code(200),
+        Reply::NotFound => status_code(404),
+        Reply::Conflict(view) => ItemResponse {
+            status_code: 409,
+            entity: Some(*view),
+        },
+        Reply::Refused(message) => {
+            tracing::warn!(%message, "refused a replicated write to a pod instance");
+            status_code(if is_register { 200 } else { 409 })
+        }
+    }
+}

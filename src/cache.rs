@@ -1,0 +1,163 @@
+//! The response cache: each payload (full registry, delta, one app, one VIP) is encoded once per
+//! registry version and format, gzipped at most once, and served to every reader as shared bytes.
+//!
+//! Readers check the registry version (an atomic) and take the cached bytes without touching the
+//! registry lock. On a miss, one reader encodes (outside the registry lock: it snapshots, releases,
+//! then encodes) while the others for the same slot wait for that result. A payload labelled with
+//! version `v` is never older than `v`, so a write is visible to the next read.
+
+use std::{
+    collections::HashMap,
+    io::Write,
+    sync::{Arc, OnceLock},
+};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use tokio::sync::OnceCell;
+
+use crate::codec::Format;
+
+/// What a payload is.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Key {
+    Full,
+    Delta,
+    App(String),
+    Vip(String),
+    Svip(String),
+}
+
+/// Encoded bytes, with their gzip form computed on first demand.
+#[derive(Debug)]
+pub struct Payload {
+    pub body: Bytes,
+    gzip: OnceLock<Bytes>,
+    /// An empty payload stands for "nothing there" (an unknown app: 404).
+    pub empty: bool,
+}
+
+impl Payload {
+    pub fn new(body: Vec<u8>) -> Payload {
+        Payload {
+            empty: body.is_empty(),
+            body: Bytes::from(body),
+            gzip: OnceLock::new(),
+        }
+    }
+
+    /// The gzip-compressed body, compressed once.
+    pub fn gzip(&self) -> Bytes {
+        self.gzip
+            .get_or_init(|| {
+                let mut enc = flate2::write::GzEncoder::new(
+                    Vec::with_capacity(self.body.len() / 4 + 64),
+                    flate2::Compression::fast(),
+                );
+                // Writing into a Vec cannot fail.
+                let _ = enc.write_all(&self.body);
+                Bytes::from(enc.finish().unwrap_or_default())
+            })
+            .clone()
+    }
+}
+
+type Cell = Arc<OnceCell<Arc<Payload>>>;
+
+/// Entries kept before the cache is cleared (Java's `initialCapacityOfResponseCache`).
+const MAX_ENTRIES: usize = 1000;
+
+#[derive(Default)]
+pub struct ResponseCache {
+    slots: Mutex<HashMap<(Key, Format), (u64, Cell)>>,
+}
+
+impl ResponseCache {
+    pub fn new() -> ResponseCache {
+        ResponseCache::default()
+    }
+
+    /// The payload for `key`/`format` at registry `version`, encoding it with `encode` (on a
+    /// blocking thread) if no reader has yet.
+    pub async fn get<F>(&self, key: Key, format: Format, version: u64, encode: F) -> Arc<Payload>
+    where
+        F: FnOnce() -> Vec<u8> + Send + 'static,
+    {
+        let cell = {
+            let mut slots = self.slots.lock();
+            match slots.get(&(key.clone(), format)) {
+                Some((v, cell)) if *v >= version => cell.clone(),
+                _ => {
+                    if slots.len() >= MAX_ENTRIES {
+                        slots.clear();
+                    }
+                    let cell: Cell = Arc::new(OnceCell::new());
+                    slots.insert((key, format), (version, cell.clone()));
+                    cell
+                }
+            }
+        };
+        cell.get_or_init(|| async move {
+            let body = tokio::task::spawn_blocking(encode).await.unwrap_or_default();
+            Arc::new(Payload::new(body))
+        })
+        .await
+        .clone()
+    }
+
+    pub fn len(&self) -> usize {
+        self.slots.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[tokio::test]
+    async fn encodes_once_per_version_and_format() {
+        let cache = ResponseCache::new();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let enc = |calls: Arc<AtomicUsize>, s: &'static str| {
+            move || {
+                calls.fetch_add(1, Ordering::SeqCst);
+                s.as_bytes().to_vec()
+            }
+        };
+        let mut readers = Vec::new();
+        for _ in 0..16 {
+            let c = calls.clone();
+            let cache = &cache;
+            readers.push(async move { cache.get(Key::Full, Format::Json, 1, enc(c, "v1")).await });
+        }
+        let all = futures::future::join_all(readers).await;
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert!(all.iter().all(|p| Arc::ptr_eq(p, &all[0])));
+        let xml = cache.get(Key::Full, Format::Xml, 1, enc(calls.clone(), "x")).await;
+        assert_eq!(&xml.body[..], b"x");
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        let v2 = cache.get(Key::Full, Format::Json, 2, enc(calls.clone(), "v2")).await;
+        assert_eq!(&v2.body[..], b"v2");
+        // An older version never replaces a newer payload.
+        let again = cache.get(Key::Full, Format::Json, 1, enc(calls.clone(), "old")).await;
+        assert_eq!(&again.body[..], b"v2");
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+    }
+
+    #[test]
+    fn gzip_is_computed_once_and_decodes_back() {
+        let p = Payload::new(b"hello hello hello hello".to_vec());
+        let a = p.gzip();
+        let b = p.gzip();
+        assert_eq!(a.as_ptr(), b.as_ptr());
+        let mut out = String::new();
+        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&a[..]), &mut out).unwrap();
+        assert_eq!(out, "hello hello hello hello");
+        assert!(Payload::new(Vec::new()).empty);
+    }
+}

@@ -1,0 +1,128 @@
+//! Eureka's wire formats, without any HTTP: JSON as Java's `EurekaJacksonCodec` writes it, XML as
+//! XStream writes it, the peer replication batch, and the validation Java applies to a
+//! registration. Encoders take registry views; decoders return registry values.
+
+pub mod batch;
+pub mod json;
+pub mod xml;
+
+use crate::registry::{
+    instance::InstanceInfo,
+    view::{AppView, AppsView, InstanceView},
+};
+
+/// A payload format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Format {
+    Json,
+    Xml,
+}
+
+impl Format {
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Json => "application/json",
+            Format::Xml => "application/xml",
+        }
+    }
+}
+
+/// A request body that cannot be read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("failed to parse the request body: {message}")]
+pub struct DecodeError {
+    pub message: String,
+}
+
+impl DecodeError {
+    pub fn new(message: impl Into<String>) -> DecodeError {
+        DecodeError {
+            message: message.into(),
+        }
+    }
+}
+
+pub fn encode_apps(view: &AppsView, format: Format) -> Vec<u8> {
+    match format {
+        Format::Json => json::applications(view),
+        Format::Xml => xml::applications(view),
+    }
+}
+
+pub fn encode_app(app: &AppView, format: Format) -> Vec<u8> {
+    match format {
+        Format::Json => json::application(app),
+        Format::Xml => xml::application(app),
+    }
+}
+
+pub fn encode_instance(instance: &InstanceView, format: Format) -> Vec<u8> {
+    match format {
+        Format::Json => json::instance_document(instance),
+        Format::Xml => xml::instance_document(instance),
+    }
+}
+
+/// A decoded registration and whether it carried a `dataCenterInfo`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Registration {
+    pub info: InstanceInfo,
+    pub has_data_center: bool,
+}
+
+/// Decodes a `POST apps/{app}` body. `now` fills the timestamps a registrant left out.
+pub fn decode_registration(body: &[u8], format: Format, now: i64) -> Result<Registration, DecodeError> {
+    let (mut info, has_data_center) = match format {
+        Format::Json => json::instance_document_from_slice(body, now)?,
+        Format::Xml => {
+            let text = std::str::from_utf8(body).map_err(|_| DecodeError::new("the body is not UTF-8"))?;
+            xml::instance_from_element(&xml::parse(text)?, now)?
+        }
+    };
+    spring_instance_id(&mut info);
+    Ok(Registration { info, has_data_center })
+}
+
+/// Spring Cloud's server codec: a registrant without `instanceId` but with `metadata.instanceId`
+/// gets `hostName:metadata.instanceId` (unless that already starts with the host name).
+fn spring_instance_id(info: &mut InstanceInfo) {
+    if info.instance_id.as_deref().is_some_and(|s| !s.is_empty()) {
+        return;
+    }
+    if let Some(meta_id) = info.metadata.get("instanceId") {
+        let id = if meta_id.starts_with(&info.host_name) {
+            meta_id.to_string()
+        } else {
+            format!("{}:{}", info.host_name, meta_id)
+        };
+        info.instance_id = Some(id);
+    }
+}
+
+/// Java's `ApplicationResource.addInstance` checks, in its order; the error is the plain-text
+/// message Java answers with status 400.
+pub fn validate_registration(reg: &Registration, path_app: &str) -> Result<(), String> {
+    let info = &reg.info;
+    if info.id().trim().is_empty() {
+        return Err("Missing instanceId".into());
+    }
+    if info.host_name.trim().is_empty() {
+        return Err("Missing hostname".into());
+    }
+    if info.ip_addr.trim().is_empty() {
+        return Err("Missing ip address".into());
+    }
+    if info.app.trim().is_empty() {
+        return Err("Missing appName".into());
+    }
+    if info.app != path_app {
+        return Err(format!("Mismatched appName, expecting {path_app} but was {}", info.app));
+    }
+    if !reg.has_data_center {
+        return Err("Missing dataCenterInfo".into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

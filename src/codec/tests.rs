@@ -1,0 +1,468 @@
+//! Codec tests against the payload shapes documented for the Java server and captured from the
+//! Python, Node and Spring clients.
+
+use std::sync::Arc;
+
+use super::*;
+use crate::registry::{
+    Action, Replication,
+    instance::{ActionType, DataCenterName, LeaseTerms, PortInfo, Status},
+    view::{AppView, AppsView, InstanceView, LeaseView, OriginKind},
+};
+
+fn sample() -> InstanceView {
+    let mut i = InstanceInfo::new("order-service", "10.0.0.5", "10.0.0.5", 1_700_000_000_123);
+    i.instance_id = Some("10.0.0.5:order-service:8080".into());
+    i.port = PortInfo {
+        port: 8080,
+        enabled: true,
+    };
+    i.secure_port = PortInfo {
+        port: 443,
+        enabled: false,
+    };
+    i.metadata.insert("management.port", "8080");
+    i.home_page_url = Some("http://10.0.0.5:8080/".into());
+    i.status_page_url = Some("http://10.0.0.5:8080/actuator/info".into());
+    i.health_check_url = Some("http://10.0.0.5:8080/actuator/health".into());
+    i.vip_address = Some("order-service".into());
+    i.secure_vip_address = Some("order-service".into());
+    i.last_dirty_timestamp = 1_699_999_990_000;
+    i.action_type = Some(ActionType::Added);
+    InstanceView {
+        info: Arc::new(i),
+        lease: LeaseView {
+            renewal_interval_secs: 30,
+            duration_secs: 90,
+            registration_ts: 1_700_000_000_123,
+            last_renewal_ts: 1_700_000_120_456,
+            eviction_ts: 0,
+            service_up_ts: 1_700_000_000_100,
+        },
+        origin: OriginKind::Native,
+    }
+}
+
+#[test]
+fn json_instance_matches_the_java_shape_field_for_field() {
+    let out = String::from_utf8(json::instance_document(&sample())).unwrap();
+    let expected = concat!(
+        r#"{"instance":{"instanceId":"10.0.0.5:order-service:8080","hostName":"10.0.0.5","app":"ORDER-SERVICE","#,
+        r#""ipAddr":"10.0.0.5","status":"UP","overriddenStatus":"UNKNOWN","port":{"$":8080,"@enabled":"true"},"#,
+        r#""securePort":{"$":443,"@enabled":"false"},"countryId":1,"#,
+        r#""dataCenterInfo":{"@class":"com.netflix.appinfo.InstanceInfo$DefaultDataCenterInfo","name":"MyOwn"},"#,
+        r#""leaseInfo":{"renewalIntervalInSecs":30,"durationInSecs":90,"registrationTimestamp":1700000000123,"#,
+        r#""lastRenewalTimestamp":1700000120456,"evictionTimestamp":0,"serviceUpTimestamp":1700000000100},"#,
+        r#""metadata":{"management.port":"8080"},"homePageUrl":"http://10.0.0.5:8080/","#,
+        r#""statusPageUrl":"http://10.0.0.5:8080/actuator/info","healthCheckUrl":"http://10.0.0.5:8080/actuator/health","#,
+        r#""vipAddress":"order-service","secureVipAddress":"order-service","isCoordinatingDiscoveryServer":"false","#,
+        r#""lastUpdatedTimestamp":"1700000000123","lastDirtyTimestamp":"1699999990000","actionType":"ADDED"}}"#
+    );
+    assert_eq!(out, expected);
+    serde_json::from_str::<serde_json::Value>(&out).unwrap();
+}
+
+#[test]
+fn empty_metadata_and_amazon_data_center_use_the_class_markers() {
+    let mut i = (*sample().info).clone();
+    i.metadata = Default::default();
+    i.data_center_info = crate::registry::instance::DataCenterInfo {
+        name: DataCenterName::Amazon,
+        metadata: [("instance-id", "i-1"), ("availability-zone", "us-east-1c")]
+            .into_iter()
+            .collect(),
+    };
+    let view = InstanceView {
+        info: Arc::new(i),
+        ..sample()
+    };
+    let out = String::from_utf8(json::instance_document(&view)).unwrap();
+    assert!(
+        out.contains(r#""metadata":{"@class":"java.util.Collections$EmptyMap"}"#),
+        "{out}"
+    );
+    assert!(out.contains(
+        r#""dataCenterInfo":{"@class":"com.netflix.appinfo.AmazonInfo","name":"Amazon","metadata":{"instance-id":"i-1","availability-zone":"us-east-1c"}}"#
+    ));
+    let xml = String::from_utf8(xml::instance_document(&view)).unwrap();
+    assert!(
+        xml.contains(r#"<metadata class="java.util.Collections$EmptyMap"/>"#),
+        "{xml}"
+    );
+    assert!(xml.contains(r#"<dataCenterInfo class="com.netflix.appinfo.AmazonInfo"><name>Amazon</name><metadata><instance-id>i-1</instance-id>"#));
+}
+
+#[test]
+fn applications_documents_always_use_arrays_and_string_versions() {
+    let empty = AppsView {
+        versions_delta: 1,
+        apps_hashcode: String::new(),
+        apps: vec![],
+    };
+    assert_eq!(
+        String::from_utf8(json::applications(&empty)).unwrap(),
+        r#"{"applications":{"versions__delta":"1","apps__hashcode":"","application":[]}}"#
+    );
+    assert_eq!(
+        String::from_utf8(xml::applications(&empty)).unwrap(),
+        "<applications><versions__delta>1</versions__delta><apps__hashcode></apps__hashcode></applications>"
+    );
+    let one = AppsView {
+        versions_delta: 7,
+        apps_hashcode: "UP_1_".into(),
+        apps: vec![AppView {
+            name: "ORDER-SERVICE".into(),
+            instances: vec![sample()],
+        }],
+    };
+    let v: serde_json::Value = serde_json::from_slice(&json::applications(&one)).unwrap();
+    assert!(v["applications"]["application"].is_array());
+    assert!(v["applications"]["application"][0]["instance"].is_array());
+    assert_eq!(v["applications"]["versions__delta"], "7");
+    let app: serde_json::Value = serde_json::from_slice(&json::application(&one.apps[0])).unwrap();
+    assert_eq!(app["application"]["name"], "ORDER-SERVICE");
+}
+
+#[test]
+fn xml_instance_matches_the_xstream_shape() {
+    let out = String::from_utf8(xml::instance_document(&sample())).unwrap();
+    let expected = concat!(
+        "<instance><instanceId>10.0.0.5:order-service:8080</instanceId><hostName>10.0.0.5</hostName>",
+        "<app>ORDER-SERVICE</app><ipAddr>10.0.0.5</ipAddr><status>UP</status>",
+        "<overriddenstatus>UNKNOWN</overriddenstatus><port enabled=\"true\">8080</port>",
+        "<securePort enabled=\"false\">443</securePort><countryId>1</countryId>",
+        "<dataCenterInfo class=\"com.netflix.appinfo.InstanceInfo$DefaultDataCenterInfo\"><name>MyOwn</name></dataCenterInfo>",
+        "<leaseInfo><renewalIntervalInSecs>30</renewalIntervalInSecs><durationInSecs>90</durationInSecs>",
+        "<registrationTimestamp>1700000000123</registrationTimestamp><lastRenewalTimestamp>1700000120456</lastRenewalTimestamp>",
+        "<evictionTimestamp>0</evictionTimestamp><serviceUpTimestamp>1700000000100</serviceUpTimestamp></leaseInfo>",
+        "<metadata><management.port>8080</management.port></metadata>",
+        "<homePageUrl>http://10.0.0.5:8080/</homePageUrl><statusPageUrl>http://10.0.0.5:8080/actuator/info</statusPageUrl>",
+        "<healthCheckUrl>http://10.0.0.5:8080/actuator/health</healthCheckUrl><vipAddress>order-service</vipAddress>",
+        "<secureVipAddress>order-service</secureVipAddress><isCoordinatingDiscoveryServer>false</isCoordinatingDiscoveryServer>",
+        "<lastUpdatedTimestamp>1700000000123</lastUpdatedTimestamp><lastDirtyTimestamp>1699999990000</lastDirtyTimestamp>",
+        "<actionType>ADDED</actionType></instance>"
+    );
+    assert_eq!(out, expected);
+}
+
+#[test]
+fn xml_escapes_text_and_codes_metadata_names() {
+    let mut i = (*sample().info).clone();
+    i.metadata = [("a_b", "x<y & z"), ("$cost", "1")].into_iter().collect();
+    let view = InstanceView {
+        info: Arc::new(i),
+        ..sample()
+    };
+    let out = String::from_utf8(xml::instance_document(&view)).unwrap();
+    assert!(
+        out.contains("<metadata><a__b>x&lt;y &amp; z</a__b><_-cost>1</_-cost></metadata>"),
+        "{out}"
+    );
+    let (back, _) = xml::instance_from_element(&xml::parse(&out).unwrap(), 0).unwrap();
+    assert_eq!(back.metadata.get("a_b"), Some("x<y & z"));
+    assert_eq!(back.metadata.get("$cost"), Some("1"));
+}
+
+#[test]
+fn both_formats_round_trip_an_instance() {
+    let view = sample();
+    for format in [Format::Json, Format::Xml] {
+        let body = encode_instance(&view, format);
+        let reg = decode_registration(&body, format, 42).unwrap();
+        assert!(reg.has_data_center);
+        let mut expected = (*view.info).clone();
+        expected.lease = LeaseTerms {
+            renewal_interval_secs: 30,
+            duration_secs: 90,
+        };
+        assert_eq!(reg.info, expected, "{format:?}");
+    }
+}
+
+#[test]
+fn python_client_registration_is_accepted() {
+    // Captured from py-eureka-client 0.13.3.
+    let body = br#"{"instance": {"instanceId": "py-peer-1", "hostName": "127.0.0.1", "app": "PY-PEER", "ipAddr": "127.0.0.1",
+       "port": {"$": 9090, "@enabled": "true"}, "securePort": {"$": 9443, "@enabled": "false"}, "countryId": 1,
+       "dataCenterInfo": {"@class": "com.netflix.appinfo.InstanceInfo$DefaultDataCenterInfo", "name": "MyOwn"},
+       "leaseInfo": {"renewalIntervalInSecs": 30, "durationInSecs": 90, "registrationTimestamp": 0, "lastRenewalTimestamp": 0,
+                     "evictionTimestamp": 0, "serviceUpTimestamp": 0},
+       "metadata": {"management.port": "9090", "zone": "default", "lang": "python"},
+       "homePageUrl": "http://127.0.0.1:9090/", "statusPageUrl": "http://127.0.0.1:9090/info",
+       "healthCheckUrl": "http://127.0.0.1:9090/health", "secureHealthCheckUrl": "", "vipAddress": "py-peer",
+       "secureVipAddress": "py-peer", "isCoordinatingDiscoveryServer": "false", "status": "UP",
+       "overriddenstatus": "UNKNOWN", "lastUpdatedTimestamp": "1795997006790", "lastDirtyTimestamp": "1795997006790"}}"#;
+    let reg = decode_registration(body, Format::Json, 0).unwrap();
+    validate_registration(&reg, "PY-PEER").unwrap();
+    assert_eq!(reg.info.id(), "py-peer-1");
+    assert_eq!(
+        reg.info.port,
+        PortInfo {
+            port: 9090,
+            enabled: true
+        }
+    );
+    assert_eq!(reg.info.last_dirty_timestamp, 1_795_997_006_790);
+    assert_eq!(reg.info.metadata.get("lang"), Some("python"));
+    assert_eq!(reg.info.secure_health_check_url.as_deref(), Some(""));
+}
+
+#[test]
+fn node_client_registration_is_accepted() {
+    // Captured from eureka-js-client 4.5.0: boolean @enabled, no leaseInfo, no timestamps.
+    let body = br#"{"instance":{"app":"JS-PEER","instanceId":"js-peer-1","hostName":"127.0.0.1","ipAddr":"127.0.0.1",
+       "statusPageUrl":"http://127.0.0.1:9091/info","healthCheckUrl":"http://127.0.0.1:9091/health",
+       "port":{"$":9091,"@enabled":true},"vipAddress":"js-peer",
+       "dataCenterInfo":{"@class":"com.netflix.appinfo.InstanceInfo$DefaultDataCenterInfo","name":"MyOwn"},
+       "metadata":{"lang":"node"},"status":"UP"}}"#;
+    let reg = decode_registration(body, Format::Json, 77).unwrap();
+    validate_registration(&reg, "JS-PEER").unwrap();
+    assert_eq!(reg.info.port.port, 9091);
+    assert_eq!(
+        reg.info.secure_port,
+        PortInfo {
+            port: 7002,
+            enabled: false
+        }
+    );
+    assert_eq!(reg.info.last_dirty_timestamp, 77, "defaults to the decode time");
+    assert_eq!(
+        reg.info.lease,
+        LeaseTerms {
+            renewal_interval_secs: 30,
+            duration_secs: 90
+        }
+    );
+}
+
+#[test]
+fn spring_client_registration_is_accepted() {
+    let body = br#"{"instance":{"instanceId":"host1:order-service:8080","app":"ORDER-SERVICE","appGroupName":null,"ipAddr":"10.0.0.5","sid":"na",
+     "homePageUrl":"http://10.0.0.5:8080/","statusPageUrl":"http://10.0.0.5:8080/actuator/info",
+     "healthCheckUrl":"http://10.0.0.5:8080/actuator/health","secureHealthCheckUrl":null,"vipAddress":"order-service",
+     "secureVipAddress":"order-service","countryId":1,
+     "dataCenterInfo":{"@class":"com.netflix.appinfo.InstanceInfo$DefaultDataCenterInfo","name":"MyOwn"},
+     "hostName":"10.0.0.5","status":"UP","overriddenStatus":"UNKNOWN",
+     "leaseInfo":{"renewalIntervalInSecs":30,"durationInSecs":90,"registrationTimestamp":0,"lastRenewalTimestamp":0,"evictionTimestamp":0,"serviceUpTimestamp":0},
+     "isCoordinatingDiscoveryServer":false,"lastUpdatedTimestamp":1700000000000,"lastDirtyTimestamp":1700000000000,
+     "actionType":null,"asgName":null,"port":{"$":8080,"@enabled":"true"},"securePort":{"$":443,"@enabled":"false"},
+     "metadata":{"management.port":"8080"}}}"#;
+    let reg = decode_registration(body, Format::Json, 0).unwrap();
+    validate_registration(&reg, "ORDER-SERVICE").unwrap();
+    assert_eq!(reg.info.app_group_name, None);
+    assert_eq!(reg.info.last_dirty_timestamp, 1_700_000_000_000);
+}
+
+#[test]
+fn json_quirks_follow_java() {
+    let base = |inner: &str| {
+        format!(
+            r#"{{"instance":{{"hostName":"h","app":"A","ipAddr":"1.2.3.4","dataCenterInfo":{{"@class":"com.netflix.appinfo.MyDataCenterInfo","name":"MyOwn"}}{inner}}}}}"#
+        )
+    };
+    // Statuses are case-sensitive; unknown ones become UNKNOWN.
+    let reg = decode_registration(base(r#","status":"up""#).as_bytes(), Format::Json, 0).unwrap();
+    assert_eq!(reg.info.status, Status::Unknown);
+    // Numbers as strings, the legacy lowercase override key, metadata @class skipped.
+    let reg = decode_registration(
+        base(r#","countryId":"3","overriddenstatus":"OUT_OF_SERVICE","metadata":{"@class":"x","k":5}"#).as_bytes(),
+        Format::Json,
+        0,
+    )
+    .unwrap();
+    assert_eq!(reg.info.country_id, 3);
+    assert_eq!(reg.info.overridden_status, Status::OutOfService);
+    assert_eq!(reg.info.metadata.get("k"), Some("5"));
+    assert_eq!(reg.info.metadata.len(), 1);
+    // The id falls back to the host name.
+    assert_eq!(reg.info.id(), "h");
+    // Spring's server codec builds the id from metadata.instanceId.
+    let reg = decode_registration(base(r#","metadata":{"instanceId":"a:1"}"#).as_bytes(), Format::Json, 0).unwrap();
+    assert_eq!(reg.info.id(), "h:a:1");
+}
+
+#[test]
+fn malformed_registrations_are_decode_errors() {
+    let cases: &[&[u8]] = &[
+        b"",
+        b"not json",
+        br#"{"hostName":"h"}"#,
+        br#"{"instance":"x"}"#,
+        br#"{"instance":{"hostName":"h","port":8080,"dataCenterInfo":{"@class":"x","name":"MyOwn"}}}"#,
+        br#"{"instance":{"hostName":"h","dataCenterInfo":{"name":"MyOwn"}}}"#,
+        br#"{"instance":{"hostName":"h","dataCenterInfo":{"@class":"com.netflix.appinfo.MyDataCenterInfo","name":"Mine"}}}"#,
+        br#"{"instance":{"hostName":"h","metadata":{"k":{"nested":1}}}}"#,
+    ];
+    for body in cases {
+        let err = decode_registration(body, Format::Json, 0).unwrap_err();
+        assert!(!err.message.is_empty());
+    }
+    let err = decode_registration(br#"{"application":{}}"#, Format::Json, 0).unwrap_err();
+    assert_eq!(
+        err.message,
+        "Root name 'application' does not match expected ('instance')"
+    );
+}
+
+#[test]
+fn xml_with_a_dtd_or_unknown_entities_is_refused() {
+    let bomb = r#"<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "lol"><!ENTITY lol2 "&lol;&lol;">]><instance><hostName>&lol2;</hostName></instance>"#;
+    let err = decode_registration(bomb.as_bytes(), Format::Xml, 0).unwrap_err();
+    assert!(err.message.contains("DTD"), "{err:?}");
+    let ext = r#"<instance><hostName>&xxe;</hostName></instance>"#;
+    let err = decode_registration(ext.as_bytes(), Format::Xml, 0).unwrap_err();
+    assert!(err.message.contains("entity"), "{err:?}");
+    let ok = r#"<?xml version="1.0" encoding="UTF-8"?><instance><hostName>a&amp;b&#x41;</hostName></instance>"#;
+    assert_eq!(
+        decode_registration(ok.as_bytes(), Format::Xml, 0)
+            .unwrap()
+            .info
+            .host_name,
+        "a&bA"
+    );
+    for bad in [
+        "<instance>",
+        "<instance></other>",
+        "<instance/><instance/>",
+        "<a><port>x</port></a>",
+        "text",
+    ] {
+        assert!(decode_registration(bad.as_bytes(), Format::Xml, 0).is_err(), "{bad}");
+    }
+    let deep = "<instance>".to_string() + &"<a>".repeat(40) + &"</a>".repeat(40) + "</instance>";
+    assert!(decode_registration(deep.as_bytes(), Format::Xml, 0).is_err());
+}
+
+#[test]
+fn xml_registration_is_lenient_where_xstream_is() {
+    let body = r#"<instance><hostName>h</hostName><app>a</app><ipAddr>1.2.3.4</ipAddr><status>up</status>
+        <port>80</port><securePort enabled="true">443</securePort><lastDirtyTimestamp>bad</lastDirtyTimestamp>
+        <dataCenterInfo class="whatever"><name>MyOwn</name></dataCenterInfo></instance>"#;
+    let reg = decode_registration(body.as_bytes(), Format::Xml, 9).unwrap();
+    validate_registration(&reg, "A").unwrap();
+    assert_eq!(reg.info.status, Status::Up);
+    assert_eq!(
+        reg.info.port,
+        PortInfo {
+            port: 80,
+            enabled: true
+        }
+    );
+    assert_eq!(
+        reg.info.secure_port,
+        PortInfo {
+            port: 443,
+            enabled: true
+        }
+    );
+    assert_eq!(reg.info.last_dirty_timestamp, 9);
+}
+
+#[test]
+fn validation_messages_and_order_follow_java() {
+    let reg = |host: &str, ip: &str, app: &str, dc: bool| Registration {
+        info: InstanceInfo::new(app, host, ip, 0),
+        has_data_center: dc,
+    };
+    assert_eq!(
+        validate_registration(&reg("", "1.1.1.1", "A", true), "A").unwrap_err(),
+        "Missing instanceId"
+    );
+    let mut r = reg("", "1.1.1.1", "A", true);
+    r.info.instance_id = Some("i".into());
+    assert_eq!(validate_registration(&r, "A").unwrap_err(), "Missing hostname");
+    assert_eq!(
+        validate_registration(&reg("h", "", "A", true), "A").unwrap_err(),
+        "Missing ip address"
+    );
+    assert_eq!(
+        validate_registration(&reg("h", "1", "", true), "A").unwrap_err(),
+        "Missing appName"
+    );
+    assert_eq!(
+        validate_registration(&reg("h", "1", "B", true), "A").unwrap_err(),
+        "Mismatched appName, expecting A but was B"
+    );
+    assert_eq!(
+        validate_registration(&reg("h", "1", "A", false), "A").unwrap_err(),
+        "Missing dataCenterInfo"
+    );
+    validate_registration(&reg("h", "1", "A", true), "A").unwrap();
+}
+
+#[test]
+fn batch_round_trips_with_java_shapes() {
+    let view = sample();
+    let items = [
+        Replication {
+            action: Action::Register,
+            app: "ORDER-SERVICE".into(),
+            id: view.id().into(),
+            last_dirty_timestamp: Some(1),
+            status: Some(Status::Up),
+            overridden_status: None,
+            instance: Some(view.clone()),
+            origin: OriginKind::Native,
+            source: crate::registry::Source::Client,
+        },
+        Replication {
+            action: Action::Heartbeat,
+            app: "ORDER-SERVICE".into(),
+            id: view.id().into(),
+            last_dirty_timestamp: Some(2),
+            status: Some(Status::OutOfService),
+            overridden_status: Some(Status::OutOfService),
+            instance: None,
+            origin: OriginKind::Native,
+            source: crate::registry::Source::Client,
+        },
+        Replication {
+            action: Action::Cancel,
+            app: "BILLING".into(),
+            id: "b".into(),
+            last_dirty_timestamp: None,
+            status: None,
+            overridden_status: None,
+            instance: None,
+            origin: OriginKind::Native,
+            source: crate::registry::Source::Client,
+        },
+    ];
+    let body = batch::encode_list(&items.iter().collect::<Vec<_>>());
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        v["replicationList"][2],
+        serde_json::json!({"appName": "BILLING", "id": "b", "action": "Cancel"}),
+        "nulls omitted"
+    );
+    assert!(v["replicationList"][0]["lastDirtyTimestamp"].is_number());
+    let decoded = batch::decode_list(&body, 0).unwrap();
+    let hb = decoded[1].as_ref().unwrap();
+    assert_eq!(hb.action, Action::Heartbeat);
+    assert_eq!(hb.overridden_status.as_deref(), Some("OUT_OF_SERVICE"));
+    let reg = decoded[0].as_ref().unwrap();
+    assert_eq!(reg.instance.as_ref().unwrap().id(), view.id());
+
+    let resp = batch::encode_response(&[
+        batch::ItemResponse {
+            status_code: 200,
+            entity: None,
+        },
+        batch::ItemResponse {
+            status_code: 409,
+            entity: Some(view.clone()),
+        },
+    ]);
+    let back = batch::decode_response(&resp, 0).unwrap();
+    assert_eq!(back[0].status_code, 200);
+    assert_eq!(back[1].entity.as_ref().unwrap().id(), view.id());
+
+    let bad = batch::decode_list(
+        br#"{"replicationList":[{"action":"Nope"},{"action":"Cancel","appName":"x","id":"y"}]}"#,
+        0,
+    )
+    .unwrap();
+    assert!(bad[0].is_err());
+    assert!(bad[1].is_ok());
+    assert!(batch::decode_list(b"[]", 0).is_err());
+}

@@ -1,0 +1,302 @@
+//! Command-line and environment configuration. Every flag has an environment variable; registry
+//! knobs mirror Spring's `eureka.server.*` property names (`--enable-self-preservation`,
+//! `EUREKA_SERVER_ENABLE_SELF_PRESERVATION`).
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use clap::{Args as ClapArgs, Parser, ValueEnum};
+
+use crate::registry::{RegistryConfig, lease::ExpiryMode, preservation::PreservationConfig};
+
+#[derive(Clone, Debug, Parser)]
+#[command(
+    name = "eureka-operator",
+    version,
+    about = "A Netflix Eureka registry and a Kubernetes operator in one process"
+)]
+pub struct Args {
+    /// Address of the Eureka API and dashboard.
+    #[arg(long, env = "EUREKA_BIND", default_value = "0.0.0.0:8761")]
+    pub bind: SocketAddr,
+
+    /// Address of the admin listener (/metrics, /livez, /readyz).
+    #[arg(long, env = "EUREKA_ADMIN_BIND", default_value = "0.0.0.0:8080")]
+    pub admin_bind: SocketAddr,
+
+    /// Log filter (tracing `EnvFilter` syntax).
+    #[arg(long, env = "EUREKA_LOG", default_value = "info")]
+    pub log: String,
+
+    /// Log format.
+    #[arg(long, env = "EUREKA_LOG_FORMAT", value_enum, default_value = "plain")]
+    pub log_format: LogFormat,
+
+    /// Largest accepted request body, after decompression.
+    #[arg(long, env = "EUREKA_MAX_REQUEST_BODY_BYTES", default_value_t = 4 * 1024 * 1024)]
+    pub max_request_body_bytes: usize,
+
+    #[command(flatten)]
+    pub server: ServerArgs,
+
+    #[command(flatten)]
+    pub auth: AuthArgs,
+
+    #[command(flatten)]
+    pub peers: PeerArgs,
+
+    #[command(flatten)]
+    pub kubernetes: KubernetesArgs,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Plain,
+    Json,
+}
+
+/// Registry behaviour (`eureka.server.*`).
+#[derive(Clone, Debug, ClapArgs)]
+pub struct ServerArgs {
+    /// Hold back lease expiry when renewals drop below the threshold.
+    #[arg(long, env = "EUREKA_SERVER_ENABLE_SELF_PRESERVATION", default_value_t = true, action = clap::ArgAction::Set)]
+    pub enable_self_preservation: bool,
+
+    /// Fraction of expected renewals below which self-preservation starts; also caps evictions per run.
+    #[arg(long, env = "EUREKA_SERVER_RENEWAL_PERCENT_THRESHOLD", default_value_t = 0.85)]
+    pub renewal_percent_threshold: f64,
+
+    /// How often clients are expected to renew.
+    #[arg(
+        long,
+        env = "EUREKA_SERVER_EXPECTED_CLIENT_RENEWAL_INTERVAL_SECONDS",
+        default_value_t = 30
+    )]
+    pub expected_client_renewal_interval_seconds: i64,
+
+    /// Initial number of clients expected to renew (Spring's `expected-number-of-clients-sending-renews`).
+    #[arg(
+        long,
+        env = "EUREKA_SERVER_EXPECTED_NUMBER_OF_CLIENTS_SENDING_RENEWS",
+        default_value_t = 1
+    )]
+    pub expected_number_of_clients_sending_renews: i64,
+
+    /// Count used when the registry opens with no instances from peers (0 = Netflix behaviour).
+    #[arg(long, env = "EUREKA_SERVER_DEFAULT_OPEN_FOR_TRAFFIC_COUNT", default_value_t = 1)]
+    pub default_open_for_traffic_count: i64,
+
+    #[arg(long, env = "EUREKA_SERVER_EVICTION_INTERVAL_TIMER_IN_MS", default_value_t = 60_000)]
+    pub eviction_interval_timer_in_ms: u64,
+
+    #[arg(
+        long,
+        env = "EUREKA_SERVER_RENEWAL_THRESHOLD_UPDATE_INTERVAL_MS",
+        default_value_t = 900_000
+    )]
+    pub renewal_threshold_update_interval_ms: u64,
+
+    /// After an empty start, fetches are refused this long; also the grace before the EMERGENCY banner.
+    #[arg(
+        long,
+        env = "EUREKA_SERVER_WAIT_TIME_IN_MS_WHEN_SYNC_EMPTY",
+        default_value_t = 300_000
+    )]
+    pub wait_time_in_ms_when_sync_empty: i64,
+
+    #[arg(
+        long,
+        env = "EUREKA_SERVER_RETENTION_TIME_IN_MS_IN_DELTA_QUEUE",
+        default_value_t = 180_000
+    )]
+    pub retention_time_in_ms_in_delta_queue: i64,
+
+    #[arg(
+        long,
+        env = "EUREKA_SERVER_DELTA_RETENTION_TIMER_INTERVAL_IN_MS",
+        default_value_t = 30_000
+    )]
+    pub delta_retention_timer_interval_in_ms: u64,
+
+    /// Answer `GET apps/delta` with 403 (clients then always fetch the full registry).
+    #[arg(long, env = "EUREKA_SERVER_DISABLE_DELTA", default_value_t = false, action = clap::ArgAction::Set)]
+    pub disable_delta: bool,
+
+    /// Arbitrate heartbeats by `lastDirtyTimestamp` (404/409 answers).
+    #[arg(long, env = "EUREKA_SERVER_SYNC_WHEN_TIMESTAMP_DIFFERS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub sync_when_timestamp_differs: bool,
+
+    /// `exact`: a lease expires `duration` after its last renewal. `java`: Java's `2 × duration`.
+    #[arg(long, env = "EUREKA_SERVER_LEASE_EXPIRY", value_enum, default_value = "exact")]
+    pub lease_expiry: LeaseExpiryArg,
+
+    /// Length of the renews-per-minute window (60 s in Java; shorten only in tests).
+    #[arg(long, env = "EUREKA_SERVER_RENEWS_WINDOW_MS", default_value_t = 60_000, hide = true)]
+    pub renews_window_ms: i64,
+
+    /// Start-up sync from peers: attempts while nothing was found.
+    #[arg(long, env = "EUREKA_SERVER_REGISTRY_SYNC_RETRIES", default_value_t = 5)]
+    pub registry_sync_retries: u32,
+
+    #[arg(long, env = "EUREKA_SERVER_REGISTRY_SYNC_RETRY_WAIT_MS", default_value_t = 5_000)]
+    pub registry_sync_retry_wait_ms: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LeaseExpiryArg {
+    Exact,
+    Java,
+}
+
+/// Optional HTTP basic auth on the Eureka API and the dashboard.
+#[derive(Clone, Debug, ClapArgs)]
+pub struct AuthArgs {
+    #[arg(long, env = "EUREKA_BASIC_AUTH_USERNAME")]
+    pub basic_auth_username: Option<String>,
+
+    #[arg(long, env = "EUREKA_BASIC_AUTH_PASSWORD", hide_env_values = true)]
+    pub basic_auth_password: Option<String>,
+
+    /// A file holding `username:password` (e.g. a mounted Secret); read at start.
+    #[arg(long, env = "EUREKA_BASIC_AUTH_FILE")]
+    pub basic_auth_file: Option<PathBuf>,
+}
+
+/// Peer replication: other replicas of this operator and Java Eureka servers.
+#[derive(Clone, Debug, ClapArgs)]
+pub struct PeerArgs {
+    /// Static peer URLs of other replicas (e.g. `http://10.0.0.7:8761/eureka/`), comma-separated.
+    #[arg(long, env = "EUREKA_PEER_URLS", value_delimiter = ',')]
+    pub peer_urls: Vec<String>,
+
+    /// Headless Service whose EndpointSlices list the replicas (`namespace/name`), in a cluster.
+    #[arg(long, env = "EUREKA_PEER_SERVICE")]
+    pub peer_service: Option<String>,
+
+    /// Java Eureka servers to peer with both ways (migration), comma-separated service URLs.
+    #[arg(long, env = "EUREKA_JAVA_PEER_URLS", value_delimiter = ',')]
+    pub java_peer_urls: Vec<String>,
+
+    /// This replica's own URL as peers see it (so it is never its own peer).
+    #[arg(long, env = "EUREKA_SERVER_MY_URL")]
+    pub my_url: Option<String>,
+
+    /// A stable name for this replica (defaults to the pod name or host name).
+    #[arg(long, env = "EUREKA_REPLICA_ID")]
+    pub replica_id: Option<String>,
+
+    #[arg(long, env = "EUREKA_SERVER_PEER_NODE_CONNECT_TIMEOUT_MS", default_value_t = 1_000)]
+    pub peer_node_connect_timeout_ms: u64,
+
+    #[arg(long, env = "EUREKA_SERVER_PEER_NODE_READ_TIMEOUT_MS", default_value_t = 5_000)]
+    pub peer_node_read_timeout_ms: u64,
+
+    /// Pending replication tasks per peer before the oldest are dropped.
+    #[arg(
+        long,
+        env = "EUREKA_SERVER_MAX_ELEMENTS_IN_PEER_REPLICATION_POOL",
+        default_value_t = 10_000
+    )]
+    pub max_elements_in_peer_replication_pool: usize,
+
+    /// Replication tasks older than this are dropped instead of sent.
+    #[arg(long, env = "EUREKA_SERVER_MAX_TIME_FOR_REPLICATION", default_value_t = 30_000)]
+    pub max_time_for_replication: u64,
+
+    /// Longest a task waits for more to batch with.
+    #[arg(long, env = "EUREKA_REPLICATION_MAX_BATCHING_DELAY_MS", default_value_t = 100)]
+    pub replication_max_batching_delay_ms: u64,
+}
+
+/// The Kubernetes side.
+#[derive(Clone, Debug, ClapArgs)]
+pub struct KubernetesArgs {
+    /// `auto`: run the controller when a cluster is found (in-cluster or KUBECONFIG).
+    #[arg(long, env = "EUREKA_KUBERNETES", value_enum, default_value = "auto")]
+    pub kubernetes: KubernetesMode,
+
+    /// Namespace of the operator itself (for its Lease); defaults to the pod's namespace.
+    #[arg(long, env = "EUREKA_OPERATOR_NAMESPACE")]
+    pub operator_namespace: Option<String>,
+
+    /// Name of the coordination.k8s.io Lease that elects the leader.
+    #[arg(long, env = "EUREKA_LEASE_NAME", default_value = "eureka-operator")]
+    pub lease_name: String,
+
+    /// Lease duration; a new leader takes over at most this long after the old one stops renewing.
+    #[arg(long, env = "EUREKA_LEASE_DURATION_SECONDS", default_value_t = 15)]
+    pub lease_duration_seconds: u64,
+
+    /// Namespaces to watch (comma-separated); all when empty.
+    #[arg(long, env = "EUREKA_WATCH_NAMESPACES", value_delimiter = ',')]
+    pub watch_namespaces: Vec<String>,
+
+    /// Identifies this cluster in instance metadata (`k8s.cluster`) and ownership checks.
+    #[arg(long, env = "EUREKA_CLUSTER_ID", default_value = "default")]
+    pub cluster_id: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum KubernetesMode {
+    Auto,
+    On,
+    Off,
+}
+
+impl ServerArgs {
+    pub fn registry_config(&self) -> RegistryConfig {
+        RegistryConfig {
+            preservation: PreservationConfig {
+                enable_self_preservation: self.enable_self_preservation,
+                renewal_percent_threshold: self.renewal_percent_threshold,
+                expected_client_renewal_interval_seconds: self.expected_client_renewal_interval_seconds,
+                wait_time_in_ms_when_sync_empty: self.wait_time_in_ms_when_sync_empty,
+                renews_window_ms: self.renews_window_ms,
+            },
+            expected_number_of_clients_sending_renews: self.expected_number_of_clients_sending_renews,
+            default_open_for_traffic_count: self.default_open_for_traffic_count,
+            eviction_interval_timer_in_ms: self.eviction_interval_timer_in_ms as i64,
+            retention_time_in_ms_in_delta_queue: self.retention_time_in_ms_in_delta_queue,
+            sync_when_timestamp_differs: self.sync_when_timestamp_differs,
+            lease_expiry: match self.lease_expiry {
+                LeaseExpiryArg::Exact => ExpiryMode::Exact,
+                LeaseExpiryArg::Java => ExpiryMode::Java,
+            },
+            ..RegistryConfig::default()
+        }
+    }
+
+    pub fn eviction_interval(&self) -> Duration {
+        Duration::from_millis(self.eviction_interval_timer_in_ms.max(1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn args_are_consistent() {
+        Args::command().debug_assert();
+    }
+
+    #[test]
+    fn defaults_mirror_spring() {
+        let args = Args::parse_from(["eureka-operator"]);
+        assert_eq!(args.bind.port(), 8761);
+        let c = args.server.registry_config();
+        assert!(c.preservation.enable_self_preservation);
+        assert_eq!(c.preservation.renewal_percent_threshold, 0.85);
+        assert_eq!(c.eviction_interval_timer_in_ms, 60_000);
+        assert_eq!(c.retention_time_in_ms_in_delta_queue, 180_000);
+        let off = Args::parse_from([
+            "eureka-operator",
+            "--enable-self-preservation",
+            "false",
+            "--lease-expiry",
+            "java",
+        ]);
+        assert!(!off.server.registry_config().preservation.enable_self_preservation);
+        assert_eq!(off.server.registry_config().lease_expiry, ExpiryMode::Java);
+    }
+}

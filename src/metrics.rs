@@ -1,0 +1,205 @@
+//! Prometheus metrics: request latency per endpoint, and the registry's counters and gauges read
+//! at scrape time (registrations, renewals, cancellations, evictions, renews in the last minute,
+//! the threshold, self-preservation, size). Other subsystems register into the same registry.
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use prometheus_client::{
+    collector::Collector,
+    encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric},
+    metrics::{
+        counter::ConstCounter,
+        family::Family,
+        gauge::ConstGauge,
+        histogram::{Histogram, exponential_buckets},
+    },
+    registry::Registry,
+};
+
+use crate::{registry::instance::Status, state::AppState};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HttpLabels {
+    pub endpoint: String,
+    pub method: String,
+    pub status: String,
+}
+
+/// Every metric of the process.
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    pub http: Family<HttpLabels, Histogram>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Arc<Metrics> {
+        let mut registry = Registry::with_prefix("eureka");
+        let http = Family::<HttpLabels, Histogram>::new_with_constructor(|| {
+            // 0.1 ms to ~1.6 s.
+            Histogram::new(exponential_buckets(0.000_1, 2.0, 15))
+        });
+        registry.register(
+            "http_request_duration_seconds",
+            "Eureka API request latency by endpoint",
+            http.clone(),
+        );
+        Arc::new(Metrics {
+            registry: Mutex::new(registry),
+            http,
+        })
+    }
+
+    /// Lets a subsystem register its metrics.
+    pub fn with_registry<R>(&self, f: impl FnOnce(&mut Registry) -> R) -> R {
+        f(&mut self.registry.lock())
+    }
+
+    pub fn observe_request(&self, endpoint: &str, method: &str, status: u16, seconds: f64) {
+        self.http
+            .get_or_create(&HttpLabels {
+                endpoint: endpoint.to_string(),
+                method: method.to_string(),
+                status: status.to_string(),
+            })
+            .observe(seconds);
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry.lock()).is_err() {
+            out.clear();
+        }
+        out
+    }
+}
+
+/// Reads the registry's figures at scrape time.
+#[derive(Clone)]
+pub struct RegistryCollector(pub AppState);
+
+impl std::fmt::Debug for RegistryCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RegistryCollector")
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OriginLabel {
+    origin: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StatusLabel {
+    status: &'static str,
+}
+
+fn counter(encoder: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: u64) -> Result<(), std::fmt::Error> {
+    let metric = encoder.encode_descriptor(name, help, None, prometheus_client::metrics::MetricType::Counter)?;
+    ConstCounter::new(v).encode(metric)
+}
+
+fn gauge(encoder: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: i64) -> Result<(), std::fmt::Error> {
+    let metric = encoder.encode_descriptor(name, help, None, prometheus_client::metrics::MetricType::Gauge)?;
+    ConstGauge::new(v).encode(metric)
+}
+
+impl Collector for RegistryCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let s = self.0.with_registry(|r, now| r.stats(now));
+        counter(
+            &mut encoder,
+            "registrations",
+            "Registrations (clients, peers and pods)",
+            s.totals.registrations,
+        )?;
+        counter(&mut encoder, "renewals", "Successful lease renewals", s.totals.renewals)?;
+        counter(
+            &mut encoder,
+            "cancellations",
+            "Cancelled leases",
+            s.totals.cancellations,
+        )?;
+        counter(&mut encoder, "evictions", "Expired leases evicted", s.totals.evictions)?;
+        counter(
+            &mut encoder,
+            "status_updates",
+            "Status override calls",
+            s.totals.status_updates,
+        )?;
+        gauge(
+            &mut encoder,
+            "renews_last_min",
+            "Renewals in the last complete minute",
+            s.renews_last_min as i64,
+        )?;
+        gauge(
+            &mut encoder,
+            "renews_threshold",
+            "Renewals per minute below which self-preservation starts",
+            s.renews_threshold,
+        )?;
+        gauge(
+            &mut encoder,
+            "expected_clients",
+            "Clients expected to renew",
+            s.expected_clients,
+        )?;
+        gauge(
+            &mut encoder,
+            "self_preservation_active",
+            "1 while self-preservation holds back lease expiry",
+            i64::from(s.self_preservation_active),
+        )?;
+        gauge(
+            &mut encoder,
+            "lease_expiration_enabled",
+            "1 while expired leases are evicted",
+            i64::from(s.lease_expiration_enabled),
+        )?;
+        gauge(
+            &mut encoder,
+            "applications",
+            "Applications with instances",
+            s.applications as i64,
+        )?;
+        gauge(
+            &mut encoder,
+            "registry_version",
+            "Version of the registry contents",
+            s.version as i64,
+        )?;
+        {
+            let mut metric = encoder.encode_descriptor(
+                "instances",
+                "Registered instances by origin",
+                None,
+                prometheus_client::metrics::MetricType::Gauge,
+            )?;
+            for (origin, n) in s.by_origin {
+                ConstGauge::new(n as i64).encode(metric.encode_family(&OriginLabel {
+                    origin: origin.as_str(),
+                })?)?;
+            }
+        }
+        let mut metric = encoder.encode_descriptor(
+            "instances_by_status",
+            "Registered instances by status",
+            None,
+            prometheus_client::metrics::MetricType::Gauge,
+        )?;
+        for status in Status::ALL {
+            ConstGauge::new(s.by_status.get(status) as i64).encode(metric.encode_family(&StatusLabel {
+                status: status.as_str(),
+            })?)?;
+        }
+        Ok(())
+    }
+}

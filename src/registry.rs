@@ -1,0 +1,1291 @@
+//! The Eureka registry as a pure state machine: leases, status overrides, the delta change log,
+//! the reconcile hash code, eviction and self-preservation.
+//!
+//! Writes go through [`Registry::apply`] with the current time; each returns one [`Outcome`]: the
+//! reply for the caller and what to replicate to peers. Background work (eviction, the renewal
+//! threshold update, delta pruning) are methods that take `now` (and, for eviction, a random
+//! seed). Reads return [`view`] snapshots. Nothing here does I/O, reads a clock or spawns tasks;
+//! callers keep it behind one short-held lock.
+//!
+//! Instances have an origin. Native and replicated instances follow Java's rules exactly. Pod
+//! instances belong to the Kubernetes controller: they never expire, are not evicted and do not
+//! count toward self-preservation (their lifetime is Kubernetes' truth), and clients cannot
+//! overwrite or cancel them.
+
+pub mod eviction;
+pub mod instance;
+pub mod lease;
+pub mod preservation;
+pub mod rules;
+pub mod view;
+
+use std::{
+    collections::{HashMap, VecDeque},
+    sync::Arc,
+};
+
+use instance::{ActionType, InstanceInfo, Metadata, Status};
+use lease::{ExpiryMode, Lease};
+use preservation::{Preservation, PreservationConfig};
+use view::{AppView, AppsView, InstanceView, LeaseView, OriginKind, StatusCounts};
+
+/// Registry behaviour, named after Spring's `eureka.server.*` properties.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RegistryConfig {
+    pub preservation: PreservationConfig,
+    /// `eureka.instance.registry.expected-number-of-clients-sending-renews` (Spring default 1).
+    pub expected_number_of_clients_sending_renews: i64,
+    /// Used instead of 0 when the registry opens with no instances (Spring default 1).
+    pub default_open_for_traffic_count: i64,
+    pub eviction_interval_timer_in_ms: i64,
+    pub retention_time_in_ms_in_delta_queue: i64,
+    pub sync_when_timestamp_differs: bool,
+    pub lease_expiry: ExpiryMode,
+    /// How long an unused status override is remembered (Java: 1 hour after last access).
+    pub override_expiry_ms: i64,
+    /// Entries kept for the dashboard's "last registered / cancelled" lists.
+    pub recent_queue_len: usize,
+}
+
+impl Default for RegistryConfig {
+    fn default() -> Self {
+        RegistryConfig {
+            preservation: PreservationConfig::default(),
+            expected_number_of_clients_sending_renews: 1,
+            default_open_for_traffic_count: 1,
+            eviction_interval_timer_in_ms: 60_000,
+            retention_time_in_ms_in_delta_queue: 180_000,
+            sync_when_timestamp_differs: true,
+            lease_expiry: ExpiryMode::Exact,
+            override_expiry_ms: 3_600_000,
+            recent_queue_len: 1000,
+        }
+    }
+}
+
+/// Who asked for a write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// A Eureka client (or an admin with curl).
+    Client,
+    /// A peer server replicating (`x-netflix-discovery-replication: true` or the batch endpoint).
+    Peer,
+    /// This registry's own eviction of an expired lease.
+    Expiry,
+}
+
+impl Source {
+    pub fn is_replication(self) -> bool {
+        self == Source::Peer
+    }
+}
+
+/// The Kubernetes object a pod instance stands for. Plain strings: no Kubernetes types here.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PodOwner {
+    pub namespace: String,
+    pub eureka_app: String,
+    pub pod: String,
+}
+
+impl std::fmt::Display for PodOwner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "EurekaApp {}/{} (pod {})", self.namespace, self.eureka_app, self.pod)
+    }
+}
+
+/// A write.
+#[derive(Clone, Debug)]
+pub enum Command {
+    Register {
+        info: InstanceInfo,
+        source: Source,
+    },
+    Renew {
+        app: String,
+        id: String,
+        source: Source,
+        overridden_status: Option<Status>,
+        last_dirty_timestamp: Option<i64>,
+    },
+    Cancel {
+        app: String,
+        id: String,
+        source: Source,
+    },
+    SetStatus {
+        app: String,
+        id: String,
+        status: Status,
+        last_dirty_timestamp: Option<i64>,
+        source: Source,
+    },
+    DeleteStatusOverride {
+        app: String,
+        id: String,
+        /// The status the instance gets (`value`, default `UNKNOWN`).
+        status: Status,
+        last_dirty_timestamp: Option<i64>,
+        source: Source,
+    },
+    UpdateMetadata {
+        app: String,
+        id: String,
+        entries: Metadata,
+    },
+    /// Creates or updates the instance of a pod. `info.status` is what the pod's state maps to;
+    /// `override_status` is the override its EurekaApp asks for (`UNKNOWN` for none).
+    UpsertPod {
+        info: InstanceInfo,
+        owner: PodOwner,
+        override_status: Status,
+    },
+    /// Deregisters a pod's instance (the pod went, stopped matching, or its drain ended).
+    RemovePod {
+        app: String,
+        id: String,
+        owner: PodOwner,
+    },
+}
+
+/// The answer to a write, in Eureka's terms.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Reply {
+    /// Registered (HTTP 204).
+    Registered,
+    /// Done (HTTP 200).
+    Ok,
+    /// No such lease, or the caller must re-register (HTTP 404).
+    NotFound,
+    /// The stored copy is newer than a peer's (HTTP 409 with the stored instance).
+    Conflict(Box<InstanceView>),
+    /// The write is not allowed (HTTP 409 with a message): e.g. a client writing a pod instance.
+    Refused(String),
+    /// A pod instance was left as it was because nothing changed.
+    Unchanged,
+}
+
+/// The replication actions of the batch protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    Register,
+    Heartbeat,
+    Cancel,
+    StatusUpdate,
+    DeleteStatusOverride,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Register => "Register",
+            Action::Heartbeat => "Heartbeat",
+            Action::Cancel => "Cancel",
+            Action::StatusUpdate => "StatusUpdate",
+            Action::DeleteStatusOverride => "DeleteStatusOverride",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Action> {
+        [
+            Action::Register,
+            Action::Heartbeat,
+            Action::Cancel,
+            Action::StatusUpdate,
+            Action::DeleteStatusOverride,
+        ]
+        .into_iter()
+        .find(|a| a.as_str() == s)
+    }
+}
+
+/// One change to tell peers about, in the shape of a `ReplicationInstance`. Every write emits its
+/// records, whatever its source.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Replication {
+    pub action: Action,
+    pub app: String,
+    pub id: String,
+    pub last_dirty_timestamp: Option<i64>,
+    pub status: Option<Status>,
+    pub overridden_status: Option<Status>,
+    pub instance: Option<InstanceView>,
+    /// Pod instances are derived by every replica from its own watch; only Java peers need them.
+    pub origin: OriginKind,
+    /// Who asked for the write: Java never replicates what a peer replicated to it; where a
+    /// record goes is the replicator's decision.
+    pub source: Source,
+}
+
+/// A request from the registry to the controller: remember (or forget) a REST status override on
+/// a pod instance, so it survives restarts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodOverride {
+    pub owner: PodOwner,
+    pub status: Option<Status>,
+}
+
+/// The result of one write.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outcome {
+    pub reply: Reply,
+    pub replicate: Vec<Replication>,
+    pub pod_override: Option<PodOverride>,
+}
+
+impl Outcome {
+    fn reply(reply: Reply) -> Outcome {
+        Outcome {
+            reply,
+            replicate: Vec::new(),
+            pod_override: None,
+        }
+    }
+}
+
+/// An expired lease an eviction run may remove.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Evicted {
+    pub app: String,
+    pub id: String,
+}
+
+/// `(time, "APP(id)")` entries, newest first.
+pub type Recent = Vec<(i64, String)>;
+
+/// Figures for the dashboard and the metrics.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stats {
+    pub renews_last_min: u64,
+    pub renews_threshold: i64,
+    pub expected_clients: i64,
+    pub self_preservation_enabled: bool,
+    pub lease_expiration_enabled: bool,
+    pub below_renew_threshold: bool,
+    pub self_preservation_active: bool,
+    pub allow_access: bool,
+    pub startup_time: i64,
+    pub instances: u64,
+    pub by_origin: [(OriginKind, u64); 3],
+    pub by_status: StatusCounts,
+    pub applications: usize,
+    pub version: u64,
+    pub totals: Totals,
+}
+
+/// Monotonic counters of registry events.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Totals {
+    pub registrations: u64,
+    pub renewals: u64,
+    pub cancellations: u64,
+    pub evictions: u64,
+    pub status_updates: u64,
+}
+
+#[derive(Clone, Debug)]
+enum Origin {
+    Native,
+    Replicated,
+    Pod {
+        owner: PodOwner,
+        /// What the pod's state maps to (before overrides).
+        reported: Status,
+        /// The override the EurekaApp asks for.
+        owner_override: Status,
+        /// A REST status override on this pod instance, until the controller persists it.
+        api_override: Option<Status>,
+    },
+}
+
+impl Origin {
+    fn kind(&self) -> OriginKind {
+        match self {
+            Origin::Native => OriginKind::Native,
+            Origin::Replicated => OriginKind::Replicated,
+            Origin::Pod { .. } => OriginKind::Pod,
+        }
+    }
+
+    fn is_pod(&self) -> bool {
+        matches!(self, Origin::Pod { .. })
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Entry {
+    info: Arc<InstanceInfo>,
+    lease: Lease,
+    origin: Origin,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct OverrideEntry {
+    status: Status,
+    accessed: i64,
+}
+
+#[derive(Clone, Debug)]
+struct Change {
+    at: i64,
+    app: String,
+    id: String,
+    /// The last state of a removed instance; `None` when the instance is still there.
+    removed: Option<InstanceView>,
+}
+
+/// The registry. See the module docs.
+#[derive(Debug)]
+pub struct Registry {
+    config: RegistryConfig,
+    apps: HashMap<String, HashMap<String, Entry>>,
+    overrides: HashMap<String, OverrideEntry>,
+    changes: VecDeque<Change>,
+    recent_registered: VecDeque<(i64, String)>,
+    recent_cancelled: VecDeque<(i64, String)>,
+    counts: StatusCounts,
+    by_origin: HashMap<OriginKind, u64>,
+    version: u64,
+    preservation: Preservation,
+    last_eviction: Option<i64>,
+    totals: Totals,
+}
+
+impl Registry {
+    pub fn new(config: RegistryConfig, now: i64) -> Registry {
+        let preservation = Preservation::new(
+            config.preservation.clone(),
+            config.expected_number_of_clients_sending_renews,
+            now,
+        );
+        Registry {
+            config,
+            apps: HashMap::new(),
+            overrides: HashMap::new(),
+            changes: VecDeque::new(),
+            recent_registered: VecDeque::new(),
+            recent_cancelled: VecDeque::new(),
+            counts: StatusCounts::default(),
+            by_origin: HashMap::new(),
+            version: 1,
+            preservation,
+            last_eviction: None,
+            totals: Totals::default(),
+        }
+    }
+
+    pub fn config(&self) -> &RegistryConfig {
+        &self.config
+    }
+
+    /// Changes whenever anything a reader can see changes (not on plain renewals).
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// `openForTraffic`: `count` instances were found at start (from peers); Spring's
+    /// `defaultOpenForTrafficCount` stands in for zero.
+    pub fn open_for_traffic(&mut self, count: i64, now: i64) {
+        let count = if count == 0 {
+            self.config.default_open_for_traffic_count
+        } else {
+            count
+        };
+        self.preservation.open_for_traffic(count, now);
+        self.last_eviction = None;
+    }
+
+    /// Applies one write.
+    pub fn apply(&mut self, command: Command, now: i64) -> Outcome {
+        match command {
+            Command::Register { info, source } => self.register(info, source, now),
+            Command::Renew {
+                app,
+                id,
+                source,
+                overridden_status,
+                last_dirty_timestamp,
+            } => self.renew(&app, &id, source, overridden_status, last_dirty_timestamp, now),
+            Command::Cancel { app, id, source } => self.cancel(&app, &id, source, now),
+            Command::SetStatus {
+                app,
+                id,
+                status,
+                last_dirty_timestamp,
+                source,
+            } => self.set_status(&app, &id, status, last_dirty_timestamp, source, now),
+            Command::DeleteStatusOverride {
+                app,
+                id,
+                status,
+                last_dirty_timestamp,
+                source,
+            } => self.delete_status_override(&app, &id, status, last_dirty_timestamp, source, now),
+            Command::UpdateMetadata { app, id, entries } => self.update_metadata(&app, &id, entries, now),
+            Command::UpsertPod {
+                info,
+                owner,
+                override_status,
+            } => self.upsert_pod(info, owner, override_status, now),
+            Command::RemovePod { app, id, owner } => self.remove_pod(&app, &id, &owner, now),
+        }
+    }
+
+    // === writes ===
+
+    fn register(&mut self, incoming: InstanceInfo, source: Source, now: i64) -> Outcome {
+        let app = incoming.app.clone();
+        let id = incoming.id().to_string();
+        let replication = source.is_replication();
+        let existing = self.apps.get(&app).and_then(|a| a.get(&id)).cloned();
+        if let Some(Entry {
+            origin: Origin::Pod { owner, .. },
+            ..
+        }) = &existing
+        {
+            return Outcome::reply(Reply::Refused(format!(
+                "instance {id} of {app} is managed by {owner}; change it there"
+            )));
+        }
+        let mut registrant = incoming.clone();
+        match &existing {
+            // A stored copy that is strictly newer wins over the registration.
+            Some(e) if e.info.last_dirty_timestamp > incoming.last_dirty_timestamp => {
+                registrant = (*e.info).clone();
+            }
+            Some(_) => {}
+            None => self.preservation.client_registered(),
+        }
+        let mut lease = Lease::new(now, incoming.lease.normalised().duration_secs);
+        if let Some(e) = &existing {
+            lease.service_up_ts = e.lease.service_up_ts;
+        }
+        self.push_recent_registered(now, &app, &id);
+
+        // The registrant may carry an override (initial state transfer from a peer or client).
+        if registrant.overridden_status != Status::Unknown && !self.overrides.contains_key(&id) {
+            self.overrides.insert(
+                id.clone(),
+                OverrideEntry {
+                    status: registrant.overridden_status,
+                    accessed: now,
+                },
+            );
+        }
+        let override_status = self.access_override(&id, now);
+        if let Some(o) = override_status {
+            registrant.overridden_status = o;
+        }
+        let status = rules::resolve(
+            registrant.status,
+            override_status,
+            existing.as_ref().map(|e| e.info.status),
+            replication,
+        );
+        registrant.status = status;
+        if status == Status::Up {
+            lease.service_up(now);
+        }
+        registrant.action_type = Some(ActionType::Added);
+        registrant.last_updated_timestamp = now;
+        let origin = if replication {
+            Origin::Replicated
+        } else {
+            Origin::Native
+        };
+        self.put(
+            Entry {
+                info: Arc::new(registrant),
+                lease,
+                origin,
+            },
+            now,
+        );
+        self.totals.registrations += 1;
+
+        let mut outcome = Outcome::reply(Reply::Registered);
+        {
+            // Java replicates the registration as received: when the stored copy was newer and
+            // kept, peers still get the incoming (stale) one and resolve it by its timestamp.
+            let stored = self.view_of(&app, &id).expect("just registered");
+            let mut instance = stored.clone();
+            if stored.info.last_dirty_timestamp > incoming.last_dirty_timestamp {
+                instance.info = Arc::new(incoming);
+            }
+            outcome.replicate.push(Replication {
+                action: Action::Register,
+                app,
+                id,
+                last_dirty_timestamp: Some(instance.info.last_dirty_timestamp),
+                status: Some(instance.info.status),
+                overridden_status: None,
+                instance: Some(instance),
+                origin: stored.origin,
+                source,
+            });
+        }
+        outcome
+    }
+
+    fn renew(
+        &mut self,
+        app: &str,
+        id: &str,
+        source: Source,
+        overridden_param: Option<Status>,
+        dirty_param: Option<i64>,
+        now: i64,
+    ) -> Outcome {
+        let replication = source.is_replication();
+        let Some(entry) = self.apps.get(app).and_then(|a| a.get(id)) else {
+            return Outcome::reply(Reply::NotFound);
+        };
+        if entry.origin.is_pod() {
+            // Kept alive by the controller; a client heartbeat is acknowledged and ignored.
+            return Outcome::reply(Reply::Ok);
+        }
+        let current = entry.info.status;
+        let override_status = self.access_override(id, now);
+        let status = rules::resolve(current, override_status, Some(current), replication);
+        if status == Status::Unknown {
+            // Possibly a deleted override: the client must re-register.
+            return Outcome::reply(Reply::NotFound);
+        }
+        if status != current {
+            // Java corrects the status silently; a delta entry keeps clients' hash codes right.
+            self.modify(app, id, now, |info| info.status = status);
+        }
+        self.preservation.renewed(now);
+        self.totals.renewals += 1;
+        let entry = self.apps.get_mut(app).and_then(|a| a.get_mut(id)).expect("present");
+        entry.lease.renew(now);
+        let stored_dirty = entry.info.last_dirty_timestamp;
+        let mut outcome = Outcome::reply(Reply::Ok);
+        {
+            outcome.replicate.push(Replication {
+                action: Action::Heartbeat,
+                app: app.to_string(),
+                id: id.to_string(),
+                last_dirty_timestamp: Some(stored_dirty),
+                status: Some(entry.info.status),
+                overridden_status: self.overrides.get(id).map(|o| o.status),
+                instance: None,
+                origin: entry.origin.kind(),
+                source,
+            });
+        }
+        if let Some(incoming) = dirty_param.filter(|_| self.config.sync_when_timestamp_differs) {
+            if incoming > stored_dirty {
+                if replication && let Some(o) = overridden_param.filter(|s| *s != Status::Unknown) {
+                    self.overrides.insert(
+                        id.to_string(),
+                        OverrideEntry {
+                            status: o,
+                            accessed: now,
+                        },
+                    );
+                    let entry = self.apps.get_mut(app).and_then(|a| a.get_mut(id)).expect("present");
+                    Arc::make_mut(&mut entry.info).overridden_status = o;
+                }
+                outcome.reply = Reply::NotFound;
+            } else if stored_dirty > incoming && replication {
+                let view = self.view_of(app, id).expect("present");
+                outcome.reply = Reply::Conflict(Box::new(view));
+            }
+        }
+        outcome
+    }
+
+    fn cancel(&mut self, app: &str, id: &str, source: Source, now: i64) -> Outcome {
+        if let Some(Entry {
+            origin: Origin::Pod { owner, .. },
+            ..
+        }) = self.apps.get(app).and_then(|a| a.get(id))
+        {
+            return Outcome::reply(Reply::Refused(format!(
+                "instance {id} of {app} is managed by {owner}; it goes when its pod goes"
+            )));
+        }
+        // Java forgets the override whether or not the lease exists.
+        self.overrides.remove(id);
+        let Some(removed) = self.remove(app, id, now) else {
+            return Outcome::reply(Reply::NotFound);
+        };
+        self.preservation.client_cancelled();
+        self.totals.cancellations += 1;
+        let mut outcome = Outcome::reply(Reply::Ok);
+        {
+            outcome.replicate.push(Replication {
+                action: Action::Cancel,
+                app: app.to_string(),
+                id: id.to_string(),
+                last_dirty_timestamp: None,
+                status: None,
+                overridden_status: None,
+                instance: None,
+                origin: removed.origin,
+                source,
+            });
+        }
+        outcome
+    }
+
+    /// Whether an instance is visible to instance lookups and status calls: Java hides expired
+    /// leases while lease expiration is enabled.
+    fn visible(&mut self, app: &str, id: &str, now: i64) -> bool {
+        let mode = self.config.lease_expiry;
+        let Some(entry) = self.apps.get(app).and_then(|a| a.get(id)) else {
+            return false;
+        };
+        if entry.origin.is_pod() || !entry.lease.is_expired(now, 0, mode) {
+            return true;
+        }
+        !self.preservation.lease_expiration_enabled(now)
+    }
+
+    fn set_status(
+        &mut self,
+        app: &str,
+        id: &str,
+        status: Status,
+        dirty: Option<i64>,
+        source: Source,
+        now: i64,
+    ) -> Outcome {
+        if !self.visible(app, id, now) {
+            return Outcome::reply(Reply::NotFound);
+        }
+        self.totals.status_updates += 1;
+        let entry = self.apps.get_mut(app).and_then(|a| a.get_mut(id)).expect("visible");
+        entry.lease.renew(now);
+        let pod_override = match &mut entry.origin {
+            Origin::Pod {
+                owner, api_override, ..
+            } => {
+                *api_override = Some(status);
+                Some(PodOverride {
+                    owner: owner.clone(),
+                    status: Some(status),
+                })
+            }
+            _ => None,
+        };
+        if pod_override.is_some() {
+            self.refresh_pod_status(app, id, dirty, now);
+        } else if entry.info.status != status {
+            if status == Status::Up {
+                entry.lease.service_up(now);
+            }
+            self.overrides
+                .insert(id.to_string(), OverrideEntry { status, accessed: now });
+            self.modify(app, id, now, |info| {
+                info.overridden_status = status;
+                info.status = status;
+                if let Some(d) = dirty.filter(|d| *d > info.last_dirty_timestamp) {
+                    info.last_dirty_timestamp = d;
+                }
+            });
+        }
+        let entry = self.apps.get(app).and_then(|a| a.get(id)).expect("present");
+        let mut outcome = Outcome::reply(Reply::Ok);
+        outcome.pod_override = pod_override;
+        {
+            outcome.replicate.push(Replication {
+                action: Action::StatusUpdate,
+                app: app.to_string(),
+                id: id.to_string(),
+                last_dirty_timestamp: Some(entry.info.last_dirty_timestamp),
+                status: Some(status),
+                overridden_status: None,
+                instance: None,
+                origin: entry.origin.kind(),
+                source,
+            });
+        }
+        outcome
+    }
+
+    fn delete_status_override(
+        &mut self,
+        app: &str,
+        id: &str,
+        status: Status,
+        dirty: Option<i64>,
+        source: Source,
+        now: i64,
+    ) -> Outcome {
+        if !self.visible(app, id, now) {
+            return Outcome::reply(Reply::NotFound);
+        }
+        let entry = self.apps.get_mut(app).and_then(|a| a.get_mut(id)).expect("visible");
+        entry.lease.renew(now);
+        let pod_override = match &mut entry.origin {
+            Origin::Pod {
+                owner, api_override, ..
+            } => {
+                *api_override = None;
+                Some(PodOverride {
+                    owner: owner.clone(),
+                    status: None,
+                })
+            }
+            _ => None,
+        };
+        if pod_override.is_some() {
+            self.refresh_pod_status(app, id, dirty, now);
+        } else if self.overrides.remove(id).is_some() {
+            self.modify(app, id, now, |info| {
+                info.overridden_status = Status::Unknown;
+                info.status = status;
+                if let Some(d) = dirty.filter(|d| *d > info.last_dirty_timestamp) {
+                    info.last_dirty_timestamp = d;
+                }
+            });
+        }
+        let entry = self.apps.get(app).and_then(|a| a.get(id)).expect("present");
+        let mut outcome = Outcome::reply(Reply::Ok);
+        outcome.pod_override = pod_override;
+        {
+            outcome.replicate.push(Replication {
+                action: Action::DeleteStatusOverride,
+                app: app.to_string(),
+                id: id.to_string(),
+                last_dirty_timestamp: Some(entry.info.last_dirty_timestamp),
+                status: Some(entry.info.status),
+                overridden_status: None,
+                instance: None,
+                origin: entry.origin.kind(),
+                source,
+            });
+        }
+        outcome
+    }
+
+    fn update_metadata(&mut self, app: &str, id: &str, entries: Metadata, now: i64) -> Outcome {
+        let Some(entry) = self.apps.get(app).and_then(|a| a.get(id)) else {
+            return Outcome::reply(Reply::NotFound);
+        };
+        if let Origin::Pod { owner, .. } = &entry.origin {
+            return Outcome::reply(Reply::Refused(format!(
+                "instance {id} of {app} is managed by {owner}; set its metadata in the EurekaApp"
+            )));
+        }
+        // Java edits the stored instance and registers it again (a new lease, an ADDED delta).
+        let mut info = (*entry.info).clone();
+        for (k, v) in entries.iter() {
+            info.metadata.insert(k, v);
+        }
+        let mut outcome = self.register(info, Source::Client, now);
+        if outcome.reply == Reply::Registered {
+            outcome.reply = Reply::Ok;
+        }
+        outcome
+    }
+
+    fn upsert_pod(&mut self, mut info: InstanceInfo, owner: PodOwner, owner_override: Status, now: i64) -> Outcome {
+        let app = info.app.clone();
+        let id = info.id().to_string();
+        let existing = self
+            .apps
+            .get(&app)
+            .and_then(|a| a.get(&id))
+            .map(|e| (e.origin.clone(), e.info.clone()));
+        let api_override = match existing.as_ref().map(|(o, _)| o) {
+            Some(Origin::Pod {
+                owner: held_by,
+                api_override,
+                ..
+            }) if *held_by == owner => *api_override,
+            Some(Origin::Pod { owner: held_by, .. }) => {
+                return Outcome::reply(Reply::Refused(format!("instance id {id} is already held by {held_by}")));
+            }
+            Some(_) => {
+                return Outcome::reply(Reply::Refused(format!(
+                    "instance id {id} is already held by a natively registered Eureka client"
+                )));
+            }
+            None => None,
+        };
+        let reported = info.status;
+        let effective_override = api_override.unwrap_or(owner_override);
+        info.overridden_status = effective_override;
+        info.status = pod_status(reported, effective_override);
+        let origin = Origin::Pod {
+            owner,
+            reported,
+            owner_override,
+            api_override,
+        };
+
+        if let Some((_, existing)) = existing {
+            let mut candidate = info.clone();
+            candidate.last_dirty_timestamp = existing.last_dirty_timestamp;
+            let entry = self.apps.get_mut(&app).and_then(|a| a.get_mut(&id)).expect("present");
+            // The origin always takes the latest intent, even when the instance stays the same.
+            entry.origin = origin;
+            if existing.same_description(&candidate) {
+                return Outcome::reply(Reply::Unchanged);
+            }
+            entry.lease.duration_ms = i64::from(info.lease.normalised().duration_secs) * 1000;
+            if info.status == Status::Up {
+                entry.lease.service_up(now);
+            }
+            let mut replaced = info;
+            replaced.last_dirty_timestamp = now.max(existing.last_dirty_timestamp + 1);
+            self.modify(&app, &id, now, move |info| {
+                *info = InstanceInfo {
+                    action_type: info.action_type,
+                    ..replaced
+                };
+            });
+            let view = self.view_of(&app, &id).expect("present");
+            let mut replicate = vec![pod_replication(Action::Register, &view)];
+            if existing.overridden_status != Status::Unknown && view.info.overridden_status == Status::Unknown {
+                // Java peers keep an override until it is deleted explicitly.
+                replicate.push(pod_replication(Action::DeleteStatusOverride, &view));
+            }
+            return Outcome {
+                reply: Reply::Ok,
+                replicate,
+                pod_override: None,
+            };
+        }
+
+        let mut lease = Lease::new(now, info.lease.normalised().duration_secs);
+        if info.status == Status::Up {
+            lease.service_up(now);
+        }
+        info.action_type = Some(ActionType::Added);
+        info.last_updated_timestamp = now;
+        info.last_dirty_timestamp = now;
+        self.push_recent_registered(now, &app, &id);
+        self.put(
+            Entry {
+                info: Arc::new(info),
+                lease,
+                origin,
+            },
+            now,
+        );
+        self.totals.registrations += 1;
+        let view = self.view_of(&app, &id).expect("present");
+        Outcome {
+            reply: Reply::Registered,
+            replicate: vec![pod_replication(Action::Register, &view)],
+            pod_override: None,
+        }
+    }
+
+    fn remove_pod(&mut self, app: &str, id: &str, owner: &PodOwner, now: i64) -> Outcome {
+        match self.apps.get(app).and_then(|a| a.get(id)).map(|e| &e.origin) {
+            Some(Origin::Pod { owner: held_by, .. }) if held_by == owner => {}
+            Some(_) => return Outcome::reply(Reply::Refused(format!("instance {id} is not held by {owner}"))),
+            None => return Outcome::reply(Reply::NotFound),
+        }
+        let removed = self.remove(app, id, now).expect("present");
+        self.totals.cancellations += 1;
+        let mut replication = pod_replication(Action::Cancel, &removed);
+        replication.instance = None;
+        Outcome {
+            reply: Reply::Ok,
+            replicate: vec![replication],
+            pod_override: None,
+        }
+    }
+
+    /// Recomputes a pod instance's status after its REST override changed.
+    fn refresh_pod_status(&mut self, app: &str, id: &str, dirty: Option<i64>, now: i64) {
+        let entry = self.apps.get(app).and_then(|a| a.get(id)).expect("present");
+        let Origin::Pod {
+            reported,
+            owner_override,
+            api_override,
+            ..
+        } = &entry.origin
+        else {
+            return;
+        };
+        let effective = api_override.unwrap_or(*owner_override);
+        let status = pod_status(*reported, effective);
+        if entry.info.status != status || entry.info.overridden_status != effective {
+            self.modify(app, id, now, |info| {
+                info.status = status;
+                info.overridden_status = effective;
+                info.last_dirty_timestamp = dirty.unwrap_or(now).max(info.last_dirty_timestamp + 1);
+            });
+        }
+    }
+
+    // === background work ===
+
+    /// One eviction run: removes (at most the eviction limit of) expired native and replicated
+    /// leases, chosen with `seed`, unless self-preservation holds expiry back. Returns a `Cancel`
+    /// record per victim with source [`Source::Expiry`] (Java does not replicate evictions; a
+    /// replicator may tell its own replicas, which do not evict themselves).
+    pub fn evict(&mut self, now: i64, seed: u64) -> Vec<Replication> {
+        let compensation =
+            eviction::compensation_ms(self.last_eviction, now, self.config.eviction_interval_timer_in_ms);
+        self.last_eviction = Some(now);
+        if !self.preservation.lease_expiration_enabled(now) {
+            return Vec::new();
+        }
+        let mode = self.config.lease_expiry;
+        let mut expired: Vec<Evicted> = self
+            .apps
+            .iter()
+            .flat_map(|(app, entries)| {
+                entries
+                    .iter()
+                    .filter(|(_, e)| !e.origin.is_pod() && e.lease.is_expired(now, compensation, mode))
+                    .map(|(id, _)| Evicted {
+                        app: app.clone(),
+                        id: id.clone(),
+                    })
+            })
+            .collect();
+        expired.sort_by(|a, b| (&a.app, &a.id).cmp(&(&b.app, &b.id)));
+        let size = self.non_pod_instances() as usize;
+        let limit = eviction::eviction_limit(size, self.config.preservation.renewal_percent_threshold);
+        let victims = eviction::choose(expired, limit, seed);
+        let mut records = Vec::with_capacity(victims.len());
+        for v in victims {
+            self.overrides.remove(&v.id);
+            if let Some(removed) = self.remove(&v.app, &v.id, now) {
+                self.preservation.client_cancelled();
+                self.totals.evictions += 1;
+                records.push(Replication {
+                    action: Action::Cancel,
+                    app: v.app,
+                    id: v.id,
+                    last_dirty_timestamp: None,
+                    status: None,
+                    overridden_status: None,
+                    instance: None,
+                    origin: removed.origin,
+                    source: Source::Expiry,
+                });
+            }
+        }
+        records
+    }
+
+    /// The periodic renewal-threshold update: the number of native and replicated instances in
+    /// this registry becomes the expectation (Java uses its embedded client's view of the peers).
+    pub fn update_renewal_threshold(&mut self) -> bool {
+        let count = self.non_pod_instances() as i64;
+        self.preservation.adopt_count(count)
+    }
+
+    /// Drops delta entries older than the retention time and overrides unused for an hour.
+    pub fn purge(&mut self, now: i64) {
+        let horizon = now - self.config.retention_time_in_ms_in_delta_queue;
+        let before = self.changes.len();
+        while self.changes.front().is_some_and(|c| c.at < horizon) {
+            self.changes.pop_front();
+        }
+        if self.changes.len() != before {
+            self.version += 1;
+        }
+        let expiry = self.config.override_expiry_ms;
+        self.overrides.retain(|_, o| now - o.accessed <= expiry);
+    }
+
+    // === reads ===
+
+    /// The whole registry (`GET apps`), including expired leases not yet evicted, as Java.
+    pub fn full_view(&self) -> AppsView {
+        let mut apps: Vec<AppView> = self
+            .apps
+            .iter()
+            .filter(|(_, entries)| !entries.is_empty())
+            .map(|(name, entries)| AppView {
+                name: name.clone(),
+                instances: self.views(entries.values()),
+            })
+            .collect();
+        apps.sort_by(|a, b| a.name.cmp(&b.name));
+        AppsView {
+            versions_delta: 1,
+            apps_hashcode: self.counts.hashcode(),
+            apps,
+        }
+    }
+
+    /// The recent changes (`GET apps/delta`), each with the instance's current state, and the hash
+    /// code of the full registry at the same moment.
+    pub fn delta_view(&self) -> AppsView {
+        let mut latest: HashMap<(&str, &str), &Change> = HashMap::new();
+        for change in &self.changes {
+            latest.insert((change.app.as_str(), change.id.as_str()), change);
+        }
+        let mut by_app: HashMap<&str, Vec<InstanceView>> = HashMap::new();
+        for ((app, id), change) in latest {
+            let view = match &change.removed {
+                Some(removed) => Some(removed.clone()),
+                None => self.view_of(app, id),
+            };
+            if let Some(view) = view {
+                by_app.entry(app).or_default().push(view);
+            }
+        }
+        let mut apps: Vec<AppView> = by_app
+            .into_iter()
+            .map(|(name, mut instances)| {
+                instances.sort_by(|a, b| a.id().cmp(b.id()));
+                AppView {
+                    name: name.to_string(),
+                    instances,
+                }
+            })
+            .collect();
+        apps.sort_by(|a, b| a.name.cmp(&b.name));
+        AppsView {
+            versions_delta: self.version as i64,
+            apps_hashcode: self.counts.hashcode(),
+            apps,
+        }
+    }
+
+    /// One application (`GET apps/{app}`); `None` when it has no instances.
+    pub fn app_view(&self, app: &str) -> Option<AppView> {
+        let entries = self.apps.get(app).filter(|e| !e.is_empty())?;
+        Some(AppView {
+            name: app.to_string(),
+            instances: self.views(entries.values()),
+        })
+    }
+
+    /// Instances with `vip` among their (secure) VIP addresses (`GET vips/{vip}`, `svips/{vip}`).
+    pub fn vip_view(&self, vip: &str, secure: bool) -> AppsView {
+        let mut apps: Vec<AppView> = self
+            .apps
+            .iter()
+            .filter_map(|(name, entries)| {
+                let instances = self.views(entries.values().filter(|e| e.info.has_vip(vip, secure)));
+                (!instances.is_empty()).then(|| AppView {
+                    name: name.clone(),
+                    instances,
+                })
+            })
+            .collect();
+        apps.sort_by(|a, b| a.name.cmp(&b.name));
+        let hash = StatusCounts::of(apps.iter().flat_map(|a| &a.instances)).hashcode();
+        AppsView {
+            versions_delta: -1,
+            apps_hashcode: hash,
+            apps,
+        }
+    }
+
+    /// `GET apps/{app}/{id}`: hidden once expired while expiration is enabled.
+    pub fn instance(&mut self, app: &str, id: &str, now: i64) -> Option<InstanceView> {
+        if !self.visible(app, id, now) {
+            return None;
+        }
+        self.view_of(app, id)
+    }
+
+    /// `GET instances/{id}`: the first application holding `id`.
+    pub fn find_instance(&mut self, id: &str, now: i64) -> Option<InstanceView> {
+        let mut names: Vec<String> = self
+            .apps
+            .iter()
+            .filter(|(_, e)| e.contains_key(id))
+            .map(|(n, _)| n.clone())
+            .collect();
+        names.sort();
+        names.into_iter().find_map(|app| self.instance(&app, id, now))
+    }
+
+    /// Pod instances, for the controller to diff against what it wants.
+    pub fn pod_instances(&self) -> Vec<(PodOwner, InstanceView)> {
+        self.apps
+            .values()
+            .flat_map(|entries| entries.values())
+            .filter_map(|e| match &e.origin {
+                Origin::Pod { owner, .. } => Some((owner.clone(), self.view(e))),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Who holds an instance id (for conflict reports): `None` if nobody.
+    pub fn holder(&self, app: &str, id: &str) -> Option<(OriginKind, Option<PodOwner>)> {
+        let e = self.apps.get(app)?.get(id)?;
+        Some((
+            e.origin.kind(),
+            match &e.origin {
+                Origin::Pod { owner, .. } => Some(owner.clone()),
+                _ => None,
+            },
+        ))
+    }
+
+    /// Whether fetches are allowed (`shouldAllowAccess`).
+    pub fn allow_access(&self, now: i64) -> bool {
+        self.preservation.allow_access(now)
+    }
+
+    pub fn stats(&mut self, now: i64) -> Stats {
+        let lease_expiration_enabled = self.preservation.lease_expiration_enabled(now);
+        Stats {
+            renews_last_min: self.preservation.renews_last_min(now),
+            renews_threshold: self.preservation.threshold,
+            expected_clients: self.preservation.expected_clients,
+            self_preservation_enabled: self.config.preservation.enable_self_preservation,
+            lease_expiration_enabled,
+            below_renew_threshold: self.preservation.below_renew_threshold(now),
+            self_preservation_active: self.preservation.active(now),
+            allow_access: self.preservation.allow_access(now),
+            startup_time: self.preservation.startup_time,
+            instances: self.counts.total(),
+            by_origin: [OriginKind::Native, OriginKind::Replicated, OriginKind::Pod]
+                .map(|k| (k, self.by_origin.get(&k).copied().unwrap_or(0))),
+            by_status: self.counts,
+            applications: self.apps.values().filter(|a| !a.is_empty()).count(),
+            version: self.version,
+            totals: self.totals,
+        }
+    }
+
+    /// The last registrations and cancellations, newest first, as `(time, "APP(id)")`.
+    pub fn recent(&self) -> (Recent, Recent) {
+        (
+            self.recent_registered.iter().rev().cloned().collect(),
+            self.recent_cancelled.iter().rev().cloned().collect(),
+        )
+    }
+
+    // === internals ===
+
+    fn non_pod_instances(&self) -> u64 {
+        self.counts.total() - self.by_origin.get(&OriginKind::Pod).copied().unwrap_or(0)
+    }
+
+    fn access_override(&mut self, id: &str, now: i64) -> Option<Status> {
+        let o = self.overrides.get_mut(id)?;
+        o.accessed = now;
+        Some(o.status)
+    }
+
+    fn lease_view(&self, e: &Entry) -> LeaseView {
+        LeaseView {
+            renewal_interval_secs: e.info.lease.normalised().renewal_interval_secs,
+            duration_secs: (e.lease.duration_ms / 1000) as i32,
+            registration_ts: e.lease.registration_ts,
+            last_renewal_ts: e.lease.last_update(self.config.lease_expiry),
+            eviction_ts: e.lease.eviction_ts,
+            service_up_ts: e.lease.service_up_ts,
+        }
+    }
+
+    fn view(&self, e: &Entry) -> InstanceView {
+        InstanceView {
+            info: e.info.clone(),
+            lease: self.lease_view(e),
+            origin: e.origin.kind(),
+        }
+    }
+
+    fn views<'a>(&self, entries: impl Iterator<Item = &'a Entry>) -> Vec<InstanceView> {
+        let mut v: Vec<InstanceView> = entries.map(|e| self.view(e)).collect();
+        v.sort_by(|a, b| a.id().cmp(b.id()));
+        v
+    }
+
+    fn view_of(&self, app: &str, id: &str) -> Option<InstanceView> {
+        self.apps.get(app).and_then(|a| a.get(id)).map(|e| self.view(e))
+    }
+
+    fn push_recent_registered(&mut self, now: i64, app: &str, id: &str) {
+        self.recent_registered.push_back((now, format!("{app}({id})")));
+        while self.recent_registered.len() > self.config.recent_queue_len {
+            self.recent_registered.pop_front();
+        }
+    }
+
+    fn record_change(&mut self, now: i64, app: &str, id: &str, removed: Option<InstanceView>) {
+        self.changes.push_back(Change {
+            at: now,
+            app: app.to_string(),
+            id: id.to_string(),
+            removed,
+        });
+        self.version += 1;
+    }
+
+    /// Inserts or replaces an entry, keeping the counters right, and logs an ADDED change.
+    fn put(&mut self, entry: Entry, now: i64) {
+        let app = entry.info.app.clone();
+        let id = entry.info.id().to_string();
+        self.counts.add(entry.info.status);
+        *self.by_origin.entry(entry.origin.kind()).or_default() += 1;
+        if let Some(old) = self.apps.entry(app.clone()).or_default().insert(id.clone(), entry) {
+            self.counts.remove(old.info.status);
+            if let Some(n) = self.by_origin.get_mut(&old.origin.kind()) {
+                *n = n.saturating_sub(1);
+            }
+        }
+        self.record_change(now, &app, &id, None);
+    }
+
+    /// Edits a stored instance (copy-on-write), marks it MODIFIED and logs the change.
+    fn modify(&mut self, app: &str, id: &str, now: i64, edit: impl FnOnce(&mut InstanceInfo)) {
+        let Some(entry) = self.apps.get_mut(app).and_then(|a| a.get_mut(id)) else {
+            return;
+        };
+        let old = entry.info.status;
+        let info = Arc::make_mut(&mut entry.info);
+        edit(info);
+        info.action_type = Some(ActionType::Modified);
+        info.last_updated_timestamp = now;
+        let new = info.status;
+        self.counts.remove(old);
+        self.counts.add(new);
+        self.record_change(now, app, id, None);
+    }
+
+    /// Removes an entry, cancels its lease and logs a DELETED change with its last state.
+    fn remove(&mut self, app: &str, id: &str, now: i64) -> Option<InstanceView> {
+        let mut entry = self.apps.get_mut(app)?.remove(id)?;
+        entry.lease.cancel(now);
+        let info = Arc::make_mut(&mut entry.info);
+        info.action_type = Some(ActionType::Deleted);
+        info.last_updated_timestamp = now;
+        self.counts.remove(entry.info.status);
+        if let Some(n) = self.by_origin.get_mut(&entry.origin.kind()) {
+            *n = n.saturating_sub(1);
+        }
+        self.recent_cancelled.push_back((now, format!("{app}({id})")));
+        while self.recent_cancelled.len() > self.config.recent_queue_len {
+            self.recent_cancelled.pop_front();
+        }
+        let view = self.view(&entry);
+        self.record_change(now, app, id, Some(view.clone()));
+        Some(view)
+    }
+}
+
+/// A pod instance's status: what the pod maps to, unless it is UP or OUT_OF_SERVICE and an
+/// override applies (the same first rules as Java's chain).
+fn pod_status(reported: Status, override_status: Status) -> Status {
+    let o = (override_status != Status::Unknown).then_some(override_status);
+    rules::resolve(reported, o, None, true)
+}
+
+fn pod_replication(action: Action, view: &InstanceView) -> Replication {
+    Replication {
+        action,
+        app: view.info.app.clone(),
+        id: view.id().to_string(),
+        last_dirty_timestamp: Some(view.info.last_dirty_timestamp),
+        status: Some(view.info.status),
+        overridden_status: None,
+        instance: (action == Action::Register).then(|| view.clone()),
+        origin: OriginKind::Pod,
+        source: Source::Client,
+    }
+}
+
+#[cfg(test)]
+mod tests;

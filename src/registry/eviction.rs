@@ -1,0 +1,98 @@
+//! Which expired leases one eviction run removes: at most `size - (int)(size × percent)` of the
+//! registry, chosen at random (a partial Fisher–Yates shuffle, as Java's `evict`) from a seed the
+//! caller passes in, plus the pause compensation of the eviction timer.
+
+/// SplitMix64: small, seedable and good enough to pick victims.
+#[derive(Clone, Debug)]
+pub struct SplitMix64(u64);
+
+impl SplitMix64 {
+    pub fn new(seed: u64) -> SplitMix64 {
+        SplitMix64(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..bound` (`bound > 0`), without modulo bias.
+    pub fn below(&mut self, bound: usize) -> usize {
+        let bound = bound as u64;
+        let zone = u64::MAX - (u64::MAX % bound);
+        loop {
+            let v = self.next_u64();
+            if v < zone {
+                return (v % bound) as usize;
+            }
+        }
+    }
+}
+
+/// `evictionLimit`: how many leases one run may remove from a registry of `registry_size`.
+pub fn eviction_limit(registry_size: usize, renewal_percent_threshold: f64) -> usize {
+    let keep = (registry_size as f64 * renewal_percent_threshold) as usize;
+    registry_size.saturating_sub(keep)
+}
+
+/// Picks `min(expired.len(), limit)` victims at random; the rest wait for the next run.
+pub fn choose<T>(mut expired: Vec<T>, limit: usize, seed: u64) -> Vec<T> {
+    let to_evict = expired.len().min(limit);
+    let mut rng = SplitMix64::new(seed);
+    for i in 0..to_evict {
+        let j = i + rng.below(expired.len() - i);
+        expired.swap(i, j);
+    }
+    expired.truncate(to_evict);
+    expired
+}
+
+/// The eviction timer's pause compensation: how much later than `interval_ms` this run is.
+pub fn compensation_ms(last_run: Option<i64>, now: i64, interval_ms: i64) -> i64 {
+    match last_run {
+        Some(last) => (now - last - interval_ms).max(0),
+        None => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limit_matches_java_examples() {
+        assert_eq!(eviction_limit(10, 0.85), 2);
+        assert_eq!(eviction_limit(1, 0.85), 1);
+        assert_eq!(eviction_limit(100, 0.85), 15);
+        assert_eq!(eviction_limit(0, 0.85), 0);
+        assert_eq!(eviction_limit(7, 1.0), 0);
+    }
+
+    #[test]
+    fn choice_is_capped_random_and_reproducible() {
+        let expired: Vec<u32> = (0..10).collect();
+        let a = choose(expired.clone(), 3, 42);
+        assert_eq!(a.len(), 3);
+        assert_eq!(a, choose(expired.clone(), 3, 42), "same seed, same victims");
+        let mut seen = std::collections::BTreeSet::new();
+        for seed in 0..200 {
+            let v = choose(expired.clone(), 3, seed);
+            let unique: std::collections::BTreeSet<_> = v.iter().collect();
+            assert_eq!(unique.len(), 3, "no lease picked twice");
+            seen.extend(v);
+        }
+        assert_eq!(seen.len(), 10, "every expired lease can be picked");
+        assert_eq!(choose(vec![1, 2], 5, 1).len(), 2, "fewer expired than the limit");
+    }
+
+    #[test]
+    fn compensation_is_the_delay_beyond_the_interval() {
+        assert_eq!(compensation_ms(None, 60_000, 60_000), 0);
+        assert_eq!(compensation_ms(Some(0), 60_000, 60_000), 0);
+        assert_eq!(compensation_ms(Some(0), 60_010, 60_000), 10);
+        assert_eq!(compensation_ms(Some(60_010), 110_000, 60_000), 0);
+    }
+}

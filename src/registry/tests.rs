@@ -1,0 +1,858 @@
+//! Scenario tests of the registry with explicit instants, following the Java registry's tests
+//! (`InstanceRegistryTest`, `TimeConsumingInstanceRegistryTest`) where they exist.
+
+use super::*;
+
+const T0: i64 = 1_700_000_000_000;
+
+fn inst(app: &str, id: &str) -> InstanceInfo {
+    let mut i = InstanceInfo::new(app, &format!("{id}.example"), "10.0.0.1", T0);
+    i.instance_id = Some(id.to_string());
+    i.vip_address = Some(app.to_ascii_lowercase());
+    i
+}
+
+fn registry() -> Registry {
+    let mut r = Registry::new(RegistryConfig::default(), T0);
+    r.open_for_traffic(0, T0);
+    r
+}
+
+fn register(r: &mut Registry, i: InstanceInfo, now: i64) -> Outcome {
+    r.apply(
+        Command::Register {
+            info: i,
+            source: Source::Client,
+        },
+        now,
+    )
+}
+
+fn renew(r: &mut Registry, app: &str, id: &str, now: i64) -> Reply {
+    r.apply(
+        Command::Renew {
+            app: app.into(),
+            id: id.into(),
+            source: Source::Client,
+            overridden_status: None,
+            last_dirty_timestamp: None,
+        },
+        now,
+    )
+    .reply
+}
+
+fn status_of(r: &mut Registry, app: &str, id: &str) -> Status {
+    r.instance(app, id, T0).expect("instance").info.status
+}
+
+fn delta_ids(r: &Registry) -> Vec<(String, ActionType)> {
+    r.delta_view()
+        .apps
+        .iter()
+        .flat_map(|a| {
+            a.instances
+                .iter()
+                .map(|i| (i.id().to_string(), i.action_type().unwrap()))
+        })
+        .collect()
+}
+
+#[test]
+fn register_renew_cancel_round_trip() {
+    let mut r = registry();
+    let out = register(&mut r, inst("orders", "o-1"), T0);
+    assert_eq!(out.reply, Reply::Registered);
+    assert_eq!(out.replicate.len(), 1);
+    assert_eq!(out.replicate[0].action, Action::Register);
+    assert_eq!(r.full_view().apps_hashcode, "UP_1_");
+    assert_eq!(r.full_view().apps[0].name, "ORDERS");
+
+    assert_eq!(renew(&mut r, "ORDERS", "o-1", T0 + 30_000), Reply::Ok);
+    assert_eq!(renew(&mut r, "ORDERS", "nope", T0 + 30_000), Reply::NotFound);
+    assert_eq!(renew(&mut r, "BILLING", "o-1", T0 + 30_000), Reply::NotFound);
+
+    let v = r.version();
+    assert_eq!(renew(&mut r, "ORDERS", "o-1", T0 + 60_000), Reply::Ok);
+    assert_eq!(r.version(), v, "a renewal is not a visible change");
+
+    let out = r.apply(
+        Command::Cancel {
+            app: "ORDERS".into(),
+            id: "o-1".into(),
+            source: Source::Client,
+        },
+        T0 + 61_000,
+    );
+    assert_eq!(out.reply, Reply::Ok);
+    assert_eq!(out.replicate[0].action, Action::Cancel);
+    assert_eq!(r.full_view().apps_hashcode, "");
+    assert!(r.full_view().apps.is_empty());
+    assert_eq!(delta_ids(&r), vec![("o-1".to_string(), ActionType::Deleted)]);
+    let out = r.apply(
+        Command::Cancel {
+            app: "ORDERS".into(),
+            id: "o-1".into(),
+            source: Source::Client,
+        },
+        T0 + 62_000,
+    );
+    assert_eq!(out.reply, Reply::NotFound);
+}
+
+#[test]
+fn replicated_writes_are_marked_as_such() {
+    let mut r = registry();
+    let out = r.apply(
+        Command::Register {
+            info: inst("orders", "o-1"),
+            source: Source::Peer,
+        },
+        T0,
+    );
+    assert_eq!(out.reply, Reply::Registered);
+    assert_eq!(
+        out.replicate[0].source,
+        Source::Peer,
+        "the replicator must not send it back"
+    );
+    let out = r.apply(
+        Command::Renew {
+            app: "ORDERS".into(),
+            id: "o-1".into(),
+            source: Source::Peer,
+            overridden_status: None,
+            last_dirty_timestamp: None,
+        },
+        T0 + 1,
+    );
+    assert_eq!(out.reply, Reply::Ok);
+    assert_eq!(out.replicate[0].source, Source::Peer);
+    assert_eq!(r.instance("ORDERS", "o-1", T0).unwrap().origin, OriginKind::Replicated);
+}
+
+#[test]
+fn renew_arbitrates_by_last_dirty_timestamp() {
+    let mut r = registry();
+    let mut i = inst("orders", "o-1");
+    i.last_dirty_timestamp = 1_000;
+    register(&mut r, i, T0);
+    let hb = |source, ldt, o| Command::Renew {
+        app: "ORDERS".into(),
+        id: "o-1".into(),
+        source,
+        overridden_status: o,
+        last_dirty_timestamp: Some(ldt),
+    };
+    // The caller is newer: it must re-register (the lease was renewed anyway).
+    assert_eq!(r.apply(hb(Source::Client, 2_000, None), T0 + 1).reply, Reply::NotFound);
+    // A peer that is newer also carries its override, which is stored.
+    assert_eq!(
+        r.apply(hb(Source::Peer, 2_000, Some(Status::OutOfService)), T0 + 2)
+            .reply,
+        Reply::NotFound
+    );
+    assert_eq!(
+        r.instance("ORDERS", "o-1", T0).unwrap().info.overridden_status,
+        Status::OutOfService
+    );
+    // We are newer: a peer gets 409 with our copy, a client just 200.
+    match r.apply(hb(Source::Peer, 500, None), T0 + 3).reply {
+        Reply::Conflict(view) => assert_eq!(view.info.last_dirty_timestamp, 1_000),
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    assert_eq!(r.apply(hb(Source::Client, 500, None), T0 + 4).reply, Reply::Ok);
+    assert_eq!(r.apply(hb(Source::Peer, 1_000, None), T0 + 5).reply, Reply::Ok);
+}
+
+#[test]
+fn a_stale_registration_keeps_the_stored_copy_but_a_new_lease() {
+    let mut r = registry();
+    let mut newer = inst("orders", "o-1");
+    newer.last_dirty_timestamp = 2_000;
+    newer.metadata.insert("v", "2");
+    register(&mut r, newer, T0);
+    let mut older = inst("orders", "o-1");
+    older.last_dirty_timestamp = 1_000;
+    older.metadata.insert("v", "1");
+    let out = r.apply(
+        Command::Register {
+            info: older,
+            source: Source::Peer,
+        },
+        T0 + 5_000,
+    );
+    assert_eq!(out.reply, Reply::Registered);
+    let stored = r.instance("ORDERS", "o-1", T0 + 5_000).unwrap();
+    assert_eq!(stored.info.metadata.get("v"), Some("2"));
+    assert_eq!(stored.lease.registration_ts, T0 + 5_000);
+    // Equal timestamps: the incoming copy wins.
+    let mut same = inst("orders", "o-1");
+    same.last_dirty_timestamp = 2_000;
+    same.metadata.insert("v", "3");
+    register(&mut r, same, T0 + 6_000);
+    assert_eq!(
+        r.instance("ORDERS", "o-1", T0).unwrap().info.metadata.get("v"),
+        Some("3")
+    );
+}
+
+#[test]
+fn status_override_sticks_across_re_registration_and_delete_forces_re_register() {
+    let mut r = registry();
+    register(&mut r, inst("orders", "o-1"), T0);
+    let set = Command::SetStatus {
+        app: "ORDERS".into(),
+        id: "o-1".into(),
+        status: Status::OutOfService,
+        last_dirty_timestamp: Some(T0 + 10),
+        source: Source::Client,
+    };
+    let out = r.apply(set, T0 + 10);
+    assert_eq!(out.reply, Reply::Ok);
+    assert_eq!(out.replicate[0].action, Action::StatusUpdate);
+    assert_eq!(out.replicate[0].status, Some(Status::OutOfService));
+    assert_eq!(status_of(&mut r, "ORDERS", "o-1"), Status::OutOfService);
+    assert_eq!(r.full_view().apps_hashcode, "OUT_OF_SERVICE_1_");
+    assert_eq!(delta_ids(&r), vec![("o-1".to_string(), ActionType::Modified)]);
+
+    // Clients bump their dirty timestamp whenever they register with changed data.
+    let at = |status: Status, t: i64| {
+        let mut i = inst("orders", "o-1");
+        i.status = status;
+        i.last_dirty_timestamp = t;
+        i
+    };
+    // The client re-registers UP: the override wins, and renewals keep it.
+    register(&mut r, at(Status::Up, T0 + 20), T0 + 20);
+    assert_eq!(status_of(&mut r, "ORDERS", "o-1"), Status::OutOfService);
+    assert_eq!(renew(&mut r, "ORDERS", "o-1", T0 + 30), Reply::Ok);
+    assert_eq!(status_of(&mut r, "ORDERS", "o-1"), Status::OutOfService);
+    // A client starting up (STARTING/DOWN) beats the override.
+    register(&mut r, at(Status::Starting, T0 + 40), T0 + 40);
+    assert_eq!(status_of(&mut r, "ORDERS", "o-1"), Status::Starting);
+    // A stale registration (older dirty timestamp) does not change the stored copy.
+    register(&mut r, at(Status::Up, T0 + 30), T0 + 45);
+    assert_eq!(status_of(&mut r, "ORDERS", "o-1"), Status::Starting);
+    register(&mut r, at(Status::Up, T0 + 50), T0 + 50);
+    assert_eq!(status_of(&mut r, "ORDERS", "o-1"), Status::OutOfService);
+
+    // Deleting the override without a value leaves UNKNOWN; the next heartbeat gets 404.
+    let del = Command::DeleteStatusOverride {
+        app: "ORDERS".into(),
+        id: "o-1".into(),
+        status: Status::Unknown,
+        last_dirty_timestamp: None,
+        source: Source::Client,
+    };
+    let out = r.apply(del, T0 + 60);
+    assert_eq!(out.reply, Reply::Ok);
+    assert_eq!(out.replicate[0].action, Action::DeleteStatusOverride);
+    assert_eq!(out.replicate[0].status, Some(Status::Unknown));
+    assert_eq!(status_of(&mut r, "ORDERS", "o-1"), Status::Unknown);
+    assert_eq!(renew(&mut r, "ORDERS", "o-1", T0 + 70), Reply::NotFound);
+    // The client re-registers UP; with no override and an existing UNKNOWN lease it is UP.
+    register(&mut r, at(Status::Up, T0 + 80), T0 + 80);
+    assert_eq!(status_of(&mut r, "ORDERS", "o-1"), Status::Up);
+}
+
+#[test]
+fn setting_the_current_status_records_no_override() {
+    let mut r = registry();
+    register(&mut r, inst("orders", "o-1"), T0);
+    let v = r.version();
+    let out = r.apply(
+        Command::SetStatus {
+            app: "ORDERS".into(),
+            id: "o-1".into(),
+            status: Status::Up,
+            last_dirty_timestamp: None,
+            source: Source::Client,
+        },
+        T0 + 1,
+    );
+    assert_eq!(out.reply, Reply::Ok);
+    assert_eq!(out.replicate.len(), 1, "Java still replicates it");
+    assert_eq!(r.version(), v);
+    assert_eq!(
+        r.instance("ORDERS", "o-1", T0).unwrap().info.overridden_status,
+        Status::Unknown
+    );
+    let missing = Command::SetStatus {
+        app: "ORDERS".into(),
+        id: "zzz".into(),
+        status: Status::Down,
+        last_dirty_timestamp: None,
+        source: Source::Client,
+    };
+    assert_eq!(r.apply(missing, T0).reply, Reply::NotFound);
+}
+
+#[test]
+fn delete_override_with_a_value_sets_it_at_once() {
+    let mut r = registry();
+    register(&mut r, inst("orders", "o-1"), T0);
+    r.apply(
+        Command::SetStatus {
+            app: "ORDERS".into(),
+            id: "o-1".into(),
+            status: Status::OutOfService,
+            last_dirty_timestamp: None,
+            source: Source::Client,
+        },
+        T0,
+    );
+    r.apply(
+        Command::DeleteStatusOverride {
+            app: "ORDERS".into(),
+            id: "o-1".into(),
+            status: Status::Up,
+            last_dirty_timestamp: None,
+            source: Source::Client,
+        },
+        T0 + 1,
+    );
+    assert_eq!(status_of(&mut r, "ORDERS", "o-1"), Status::Up);
+    assert_eq!(renew(&mut r, "ORDERS", "o-1", T0 + 2), Reply::Ok);
+}
+
+#[test]
+fn a_registration_carrying_an_override_creates_it() {
+    let mut r = registry();
+    let mut i = inst("orders", "o-1");
+    i.overridden_status = Status::OutOfService;
+    r.apply(
+        Command::Register {
+            info: i,
+            source: Source::Peer,
+        },
+        T0,
+    );
+    assert_eq!(status_of(&mut r, "ORDERS", "o-1"), Status::OutOfService);
+    // Cancel always forgets the override.
+    r.apply(
+        Command::Cancel {
+            app: "ORDERS".into(),
+            id: "o-1".into(),
+            source: Source::Client,
+        },
+        T0 + 1,
+    );
+    register(&mut r, inst("orders", "o-1"), T0 + 2);
+    assert_eq!(status_of(&mut r, "ORDERS", "o-1"), Status::Up);
+}
+
+#[test]
+fn metadata_update_re_registers() {
+    let mut r = registry();
+    register(&mut r, inst("orders", "o-1"), T0);
+    let out = r.apply(
+        Command::UpdateMetadata {
+            app: "ORDERS".into(),
+            id: "o-1".into(),
+            entries: [("zone", "a"), ("team", "x")].into_iter().collect(),
+        },
+        T0 + 500,
+    );
+    assert_eq!(out.reply, Reply::Ok);
+    assert_eq!(out.replicate[0].action, Action::Register);
+    let v = r.instance("ORDERS", "o-1", T0).unwrap();
+    assert_eq!(v.info.metadata.get("zone"), Some("a"));
+    assert_eq!(v.lease.registration_ts, T0 + 500, "a new lease, as in Java");
+    assert_eq!(v.action_type(), Some(ActionType::Added));
+    let missing = Command::UpdateMetadata {
+        app: "ORDERS".into(),
+        id: "x".into(),
+        entries: Metadata::new(),
+    };
+    assert_eq!(r.apply(missing, T0).reply, Reply::NotFound);
+}
+
+#[test]
+fn delta_shows_current_state_and_is_pruned_after_retention() {
+    let mut r = registry();
+    register(&mut r, inst("orders", "o-1"), T0);
+    register(&mut r, inst("orders", "o-2"), T0 + 1_000);
+    register(&mut r, inst("billing", "b-1"), T0 + 2_000);
+    r.apply(
+        Command::SetStatus {
+            app: "ORDERS".into(),
+            id: "o-1".into(),
+            status: Status::Down,
+            last_dirty_timestamp: None,
+            source: Source::Client,
+        },
+        T0 + 3_000,
+    );
+    let delta = r.delta_view();
+    assert_eq!(delta.apps_hashcode, "DOWN_1_UP_2_", "the hash of the full registry");
+    assert_eq!(delta.apps.len(), 2);
+    // o-1 was registered then modified: one entry, current state.
+    let orders = &delta.apps.iter().find(|a| a.name == "ORDERS").unwrap().instances;
+    assert_eq!(orders.len(), 2);
+    assert_eq!(orders[0].action_type(), Some(ActionType::Modified));
+    assert_eq!(orders[0].status(), Status::Down);
+
+    // 180 s retention: entries older than now - 180 s go, younger stay.
+    let v = r.version();
+    r.purge(T0 + 181_500);
+    assert!(r.version() > v, "pruning changes what a delta reader sees");
+    let left: Vec<String> = delta_ids(&r).into_iter().map(|(id, _)| id).collect();
+    assert_eq!(left, vec!["b-1".to_string(), "o-1".to_string()]);
+    r.purge(T0 + 184_000);
+    assert!(delta_ids(&r).is_empty());
+    assert_eq!(r.full_view().apps.iter().map(|a| a.instances.len()).sum::<usize>(), 3);
+}
+
+#[test]
+fn delta_version_moves_with_each_visible_change() {
+    let mut r = registry();
+    let v0 = r.delta_view().versions_delta;
+    register(&mut r, inst("orders", "o-1"), T0);
+    let v1 = r.delta_view().versions_delta;
+    assert!(v1 > v0);
+    assert_eq!(r.full_view().versions_delta, 1);
+}
+
+#[test]
+fn vip_lookup_is_exact_and_split_on_commas() {
+    let mut r = registry();
+    let mut a = inst("orders", "o-1");
+    a.vip_address = Some("orders,shop".into());
+    a.secure_vip_address = Some("orders-secure".into());
+    register(&mut r, a, T0);
+    let mut b = inst("billing", "b-1");
+    b.vip_address = Some("Shop".into());
+    register(&mut r, b, T0);
+    let shop = r.vip_view("shop", false);
+    assert_eq!(shop.apps.len(), 1);
+    assert_eq!(shop.apps[0].name, "ORDERS");
+    assert_eq!(shop.versions_delta, -1);
+    assert_eq!(shop.apps_hashcode, "UP_1_");
+    assert!(r.vip_view("nothing", false).apps.is_empty());
+    assert_eq!(r.vip_view("orders-secure", true).apps.len(), 1);
+    assert!(r.vip_view("orders-secure", false).apps.is_empty());
+}
+
+#[test]
+fn threshold_follows_registrations_and_cancels() {
+    let mut r = registry(); // opened with 0 → Spring's default count 1
+    assert_eq!(r.stats(T0).renews_threshold, 1);
+    for n in 0..10 {
+        register(&mut r, inst("orders", &format!("o-{n}")), T0);
+    }
+    let s = r.stats(T0);
+    assert_eq!(s.expected_clients, 11);
+    assert_eq!(s.renews_threshold, 18); // (int)(11 × 2 × 0.85) = 18.7
+    // Re-registering an existing lease does not count again.
+    register(&mut r, inst("orders", "o-1"), T0 + 1);
+    assert_eq!(r.stats(T0).expected_clients, 11);
+    r.apply(
+        Command::Cancel {
+            app: "ORDERS".into(),
+            id: "o-1".into(),
+            source: Source::Client,
+        },
+        T0 + 2,
+    );
+    assert_eq!(r.stats(T0).expected_clients, 10);
+}
+
+fn renewing_registry(n: usize, lease_secs: i32, config: RegistryConfig) -> Registry {
+    let mut r = Registry::new(config, T0);
+    r.open_for_traffic(0, T0);
+    for i in 0..n {
+        let mut info = inst("orders", &format!("o-{i:02}"));
+        info.lease = instance::LeaseTerms {
+            renewal_interval_secs: 10,
+            duration_secs: lease_secs,
+        };
+        register(&mut r, info, T0);
+    }
+    r
+}
+
+#[test]
+fn self_preservation_holds_eviction_until_renews_exceed_the_threshold() {
+    // 10 clients expected → threshold 18 renews/min.
+    let mut r = renewing_registry(10, 90, RegistryConfig::default());
+    // Nobody renews: every lease expires after 90 s, but the first minute has no renew count and
+    // the threshold is not exceeded, so nothing is evicted.
+    assert!(r.evict(T0 + 60_000, 1).is_empty());
+    assert!(r.stats(T0 + 60_000).self_preservation_active);
+    // 19 renews in a minute by two clients keep them alive and lift the protection.
+    for t in 0..19 {
+        let id = if t % 2 == 0 { "o-00" } else { "o-01" };
+        assert_eq!(renew(&mut r, "ORDERS", id, T0 + 60_000 + t), Reply::Ok);
+    }
+    assert!(!r.stats(T0 + 120_000).self_preservation_active);
+    let victims = r.evict(T0 + 120_000, 7);
+    // A registry of 10 → at most 10 - (int)(10 × 0.85) = 2 per run.
+    assert_eq!(victims.len(), 2);
+    assert!(
+        victims.iter().all(|v| v.id != "o-00" && v.id != "o-01"),
+        "renewed leases are not expired"
+    );
+    assert!(
+        victims
+            .iter()
+            .all(|v| v.action == Action::Cancel && v.source == Source::Expiry)
+    );
+    assert_eq!(r.full_view().apps[0].instances.len(), 8);
+    // The expectation dropped with each eviction: 11 - 2 = 9 → threshold (int)(9×2×0.85) = 15.
+    assert_eq!(r.stats(T0 + 120_000).renews_threshold, 15);
+    // Evictions show in the delta as DELETED and are not replicated (there is nothing to return).
+    let deleted: Vec<_> = delta_ids(&r)
+        .into_iter()
+        .filter(|(_, a)| *a == ActionType::Deleted)
+        .collect();
+    assert_eq!(deleted.len(), 2);
+}
+
+#[test]
+fn eviction_without_self_preservation_is_capped_per_run() {
+    let config = RegistryConfig {
+        preservation: PreservationConfig {
+            enable_self_preservation: false,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let mut r = renewing_registry(100, 30, config);
+    let mut left = 100;
+    let mut now = T0 + 31_000;
+    let mut runs = 0;
+    while left > 0 {
+        let victims = r.evict(now, runs);
+        let limit = left - (left as f64 * 0.85) as usize;
+        assert_eq!(victims.len(), limit.min(left));
+        left -= victims.len();
+        now += 60_000;
+        runs += 1;
+        assert!(runs < 100);
+    }
+    assert_eq!(runs, 20, "15% per run, at least one");
+}
+
+#[test]
+fn eviction_compensates_for_a_late_run() {
+    let config = RegistryConfig {
+        preservation: PreservationConfig {
+            enable_self_preservation: false,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let mut r = renewing_registry(1, 60, config);
+    assert!(r.evict(T0, 0).is_empty());
+    // The timer should have run at T0+60 s but ran at T0+100 s (a 40 s pause): the lease, expired
+    // since T0+60 s, gets 40 s of grace and survives this run.
+    assert!(r.evict(T0 + 100_000, 0).is_empty());
+    // The next, punctual run evicts it.
+    assert_eq!(r.evict(T0 + 160_000, 0).len(), 1);
+}
+
+#[test]
+fn java_expiry_mode_keeps_renewed_leases_twice_as_long() {
+    let config = RegistryConfig {
+        preservation: PreservationConfig {
+            enable_self_preservation: false,
+            ..Default::default()
+        },
+        lease_expiry: ExpiryMode::Java,
+        ..Default::default()
+    };
+    let mut r = renewing_registry(1, 30, config.clone());
+    renew(&mut r, "ORDERS", "o-00", T0 + 10_000);
+    assert_eq!(
+        r.instance("ORDERS", "o-00", T0 + 10_000).unwrap().lease.last_renewal_ts,
+        T0 + 40_000
+    );
+    assert!(r.evict(T0 + 60_000, 0).is_empty(), "Java: expires at renew + 2 × 30 s");
+    assert_eq!(r.evict(T0 + 70_001, 0).len(), 1);
+
+    let exact = RegistryConfig {
+        lease_expiry: ExpiryMode::Exact,
+        ..config
+    };
+    let mut r = renewing_registry(1, 30, exact);
+    renew(&mut r, "ORDERS", "o-00", T0 + 10_000);
+    assert_eq!(
+        r.instance("ORDERS", "o-00", T0 + 10_000).unwrap().lease.last_renewal_ts,
+        T0 + 10_000
+    );
+    assert_eq!(r.evict(T0 + 40_001, 0).len(), 1);
+}
+
+#[test]
+fn expired_instances_are_hidden_from_lookups_only_while_expiration_is_enabled() {
+    let config = RegistryConfig {
+        preservation: PreservationConfig {
+            enable_self_preservation: false,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let mut r = renewing_registry(1, 30, config);
+    assert!(r.instance("ORDERS", "o-00", T0 + 31_000).is_none());
+    assert!(r.find_instance("o-00", T0 + 31_000).is_none());
+    // The full fetch still lists it until it is evicted, as Java.
+    assert_eq!(r.full_view().apps.len(), 1);
+
+    let mut r = renewing_registry(1, 30, RegistryConfig::default());
+    assert!(
+        r.instance("ORDERS", "o-00", T0 + 31_000).is_some(),
+        "self-preservation keeps it"
+    );
+}
+
+#[test]
+fn threshold_update_adopts_the_local_count_with_damping() {
+    let mut r = registry();
+    for n in 0..20 {
+        register(&mut r, inst("orders", &format!("o-{n}")), T0);
+    }
+    assert_eq!(r.stats(T0).expected_clients, 21);
+    assert!(r.update_renewal_threshold(), "20 > 0.85 × 21");
+    assert_eq!(r.stats(T0).expected_clients, 20);
+}
+
+fn pod(app: &str, id: &str, status: Status) -> InstanceInfo {
+    let mut i = inst(app, id);
+    i.status = status;
+    i
+}
+
+fn owner(pod: &str) -> PodOwner {
+    PodOwner {
+        namespace: "shop".into(),
+        eureka_app: "orders".into(),
+        pod: pod.into(),
+    }
+}
+
+#[test]
+fn pod_instances_are_owned_by_the_controller() {
+    let mut r = registry();
+    let upsert = |i, o| Command::UpsertPod {
+        info: i,
+        owner: owner(o),
+        override_status: Status::Unknown,
+    };
+    let out = r.apply(upsert(pod("orders", "p-1", Status::Up), "p-1"), T0);
+    assert_eq!(out.reply, Reply::Registered);
+    assert_eq!(out.replicate[0].origin, OriginKind::Pod);
+    // The same desired state again changes nothing.
+    let v = r.version();
+    assert_eq!(
+        r.apply(upsert(pod("orders", "p-1", Status::Up), "p-1"), T0 + 1).reply,
+        Reply::Unchanged
+    );
+    assert_eq!(r.version(), v);
+    // Readiness lost: STARTING, a MODIFIED delta, a newer dirty timestamp.
+    assert_eq!(
+        r.apply(upsert(pod("orders", "p-1", Status::Starting), "p-1"), T0 + 2)
+            .reply,
+        Reply::Ok
+    );
+    let view = r.instance("ORDERS", "p-1", T0 + 2).unwrap();
+    assert_eq!(view.info.status, Status::Starting);
+    assert!(view.info.last_dirty_timestamp > T0);
+
+    // Clients cannot take over, cancel or edit it.
+    let out = register(&mut r, inst("orders", "p-1"), T0 + 3);
+    assert!(
+        matches!(out.reply, Reply::Refused(ref m) if m.contains("EurekaApp shop/orders")),
+        "{out:?}"
+    );
+    let out = r.apply(
+        Command::Cancel {
+            app: "ORDERS".into(),
+            id: "p-1".into(),
+            source: Source::Client,
+        },
+        T0 + 3,
+    );
+    assert!(matches!(out.reply, Reply::Refused(_)));
+    // Another EurekaApp's pod cannot take the id either.
+    let other = PodOwner {
+        namespace: "shop".into(),
+        eureka_app: "other".into(),
+        pod: "q".into(),
+    };
+    let out = r.apply(
+        Command::UpsertPod {
+            info: pod("orders", "p-1", Status::Up),
+            owner: other,
+            override_status: Status::Unknown,
+        },
+        T0 + 4,
+    );
+    assert!(matches!(out.reply, Reply::Refused(ref m) if m.contains("already held by EurekaApp shop/orders")));
+    // Nor can a pod take a native client's id.
+    register(&mut r, inst("orders", "native-1"), T0);
+    let out = r.apply(upsert(pod("orders", "native-1", Status::Up), "x"), T0 + 5);
+    assert!(matches!(out.reply, Reply::Refused(ref m) if m.contains("natively registered")));
+}
+
+#[test]
+fn pod_instances_never_expire_and_do_not_count_toward_self_preservation() {
+    let config = RegistryConfig {
+        preservation: PreservationConfig {
+            enable_self_preservation: false,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let mut r = Registry::new(config, T0);
+    r.open_for_traffic(0, T0);
+    for n in 0..50 {
+        let info = pod("orders", &format!("p-{n}"), Status::Up);
+        r.apply(
+            Command::UpsertPod {
+                info,
+                owner: owner(&format!("p-{n}")),
+                override_status: Status::Unknown,
+            },
+            T0,
+        );
+    }
+    assert_eq!(r.stats(T0).expected_clients, 1, "pods are not expected to renew");
+    assert!(r.evict(T0 + 3_600_000, 3).is_empty());
+    // Scaling down to zero is 50 deliberate removals; the expectation does not move.
+    for n in 0..50 {
+        let out = r.apply(
+            Command::RemovePod {
+                app: "ORDERS".into(),
+                id: format!("p-{n}"),
+                owner: owner(&format!("p-{n}")),
+            },
+            T0 + 3_600_000,
+        );
+        assert_eq!(out.reply, Reply::Ok);
+        assert_eq!(out.replicate[0].action, Action::Cancel);
+    }
+    assert_eq!(r.stats(T0).expected_clients, 1);
+    assert_eq!(r.stats(T0).instances, 0);
+}
+
+#[test]
+fn pod_overrides_combine_owner_and_rest_layers() {
+    let mut r = registry();
+    let up = |o| Command::UpsertPod {
+        info: pod("orders", "p-1", Status::Up),
+        owner: owner("p-1"),
+        override_status: o,
+    };
+    r.apply(up(Status::OutOfService), T0);
+    assert_eq!(status_of(&mut r, "ORDERS", "p-1"), Status::OutOfService);
+    // A REST override on top: applied at once, and the controller is asked to persist it.
+    let out = r.apply(
+        Command::SetStatus {
+            app: "ORDERS".into(),
+            id: "p-1".into(),
+            status: Status::Up,
+            last_dirty_timestamp: None,
+            source: Source::Client,
+        },
+        T0 + 1,
+    );
+    assert_eq!(
+        out.pod_override,
+        Some(PodOverride {
+            owner: owner("p-1"),
+            status: Some(Status::Up)
+        })
+    );
+    assert_eq!(status_of(&mut r, "ORDERS", "p-1"), Status::Up);
+    // A reconcile that still carries the EurekaApp's override does not undo the REST one.
+    r.apply(up(Status::OutOfService), T0 + 2);
+    assert_eq!(status_of(&mut r, "ORDERS", "p-1"), Status::Up);
+    // Deleting the REST override falls back to the EurekaApp's.
+    let out = r.apply(
+        Command::DeleteStatusOverride {
+            app: "ORDERS".into(),
+            id: "p-1".into(),
+            status: Status::Unknown,
+            last_dirty_timestamp: None,
+            source: Source::Client,
+        },
+        T0 + 3,
+    );
+    assert_eq!(
+        out.pod_override,
+        Some(PodOverride {
+            owner: owner("p-1"),
+            status: None
+        })
+    );
+    assert_eq!(status_of(&mut r, "ORDERS", "p-1"), Status::OutOfService);
+    // The EurekaApp drops its override: UP again, and Java peers are told to delete theirs.
+    let out = r.apply(up(Status::Unknown), T0 + 4);
+    assert_eq!(status_of(&mut r, "ORDERS", "p-1"), Status::Up);
+    let actions: Vec<Action> = out.replicate.iter().map(|r| r.action).collect();
+    assert_eq!(actions, vec![Action::Register, Action::DeleteStatusOverride]);
+    // A not-ready pod is STARTING whatever the override says.
+    r.apply(
+        Command::UpsertPod {
+            info: pod("orders", "p-1", Status::Starting),
+            owner: owner("p-1"),
+            override_status: Status::OutOfService,
+        },
+        T0 + 5,
+    );
+    assert_eq!(status_of(&mut r, "ORDERS", "p-1"), Status::Starting);
+}
+
+#[test]
+fn renew_corrects_a_status_and_logs_it_for_deltas() {
+    let mut r = registry();
+    register(&mut r, inst("orders", "o-1"), T0);
+    // A peer stores an override through a newer heartbeat; the next renew applies it.
+    r.apply(
+        Command::Renew {
+            app: "ORDERS".into(),
+            id: "o-1".into(),
+            source: Source::Peer,
+            overridden_status: Some(Status::OutOfService),
+            last_dirty_timestamp: Some(T0 + 100),
+        },
+        T0 + 1,
+    );
+    let v = r.version();
+    assert_eq!(renew(&mut r, "ORDERS", "o-1", T0 + 2), Reply::Ok);
+    assert_eq!(status_of(&mut r, "ORDERS", "o-1"), Status::OutOfService);
+    assert!(r.version() > v);
+    assert_eq!(r.delta_view().apps_hashcode, "OUT_OF_SERVICE_1_");
+}
+
+#[test]
+fn recent_lists_are_bounded_and_newest_first() {
+    let mut r = Registry::new(
+        RegistryConfig {
+            recent_queue_len: 3,
+            ..Default::default()
+        },
+        T0,
+    );
+    for n in 0..5 {
+        register(&mut r, inst("orders", &format!("o-{n}")), T0 + n);
+    }
+    let (registered, cancelled) = r.recent();
+    assert_eq!(registered.len(), 3);
+    assert_eq!(registered[0], (T0 + 4, "ORDERS(o-4)".to_string()));
+    assert!(cancelled.is_empty());
+}
+
+#[test]
+fn id_falls_back_to_amazon_instance_id_then_host_name() {
+    let mut i = InstanceInfo::new("a", "host-1", "10.0.0.1", 0);
+    assert_eq!(i.id(), "host-1");
+    i.data_center_info = instance::DataCenterInfo {
+        name: instance::DataCenterName::Amazon,
+        metadata: [("instance-id", "i-123")].into_iter().collect(),
+    };
+    assert_eq!(i.id(), "i-123");
+    i.instance_id = Some("explicit".into());
+    assert_eq!(i.id(), "explicit");
+}

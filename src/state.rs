@@ -1,0 +1,188 @@
+//! The shared application state: the registry behind one short-held lock, the clock, the
+//! response cache, and the listeners that consume every write's [`Outcome`] (replication, the
+//! controller's override persistence).
+//!
+//! The registry sits behind a `parking_lot::Mutex`, not an async lock: every critical section is a
+//! few map operations or an `Arc`-cloning snapshot, never held across an `.await`, so a blocking
+//! lock is both cheaper and safe. Its version is mirrored in an atomic so readers of cached
+//! payloads never take the lock.
+
+use std::sync::{
+    Arc,
+    atomic::{AtomicBool, AtomicU64, Ordering},
+};
+
+use parking_lot::{Mutex, RwLock};
+
+use crate::{
+    cache::{Key, Payload, ResponseCache},
+    codec::{self, Format},
+    registry::{Command, Outcome, Registry},
+};
+
+/// Wall-clock milliseconds, injectable for tests.
+pub trait Clock: Send + Sync + 'static {
+    fn now_ms(&self) -> i64;
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> i64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0)
+    }
+}
+
+/// Who made a write, beyond what the registry needs to know.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Writer {
+    /// A Eureka client (or an admin) over HTTP.
+    Client,
+    /// Another replica of this operator.
+    Replica,
+    /// A Java Eureka server (or any peer that is not one of our replicas).
+    ForeignPeer,
+    /// The Kubernetes controller.
+    Controller,
+    /// A background job of this process (eviction).
+    Timer,
+}
+
+/// Something that acts on every write's outcome.
+pub trait OutcomeListener: Send + Sync + 'static {
+    fn on_outcome(&self, outcome: &Outcome, writer: &Writer);
+}
+
+struct Inner {
+    registry: Mutex<Registry>,
+    version: AtomicU64,
+    cache: ResponseCache,
+    clock: Arc<dyn Clock>,
+    listeners: RwLock<Vec<Arc<dyn OutcomeListener>>>,
+    registry_ready: AtomicBool,
+    disable_delta: bool,
+}
+
+/// Cheap to clone; shared by every handler and task.
+#[derive(Clone)]
+pub struct AppState {
+    inner: Arc<Inner>,
+}
+
+impl AppState {
+    pub fn new(registry: Registry, clock: Arc<dyn Clock>, disable_delta: bool) -> AppState {
+        let version = registry.version();
+        AppState {
+            inner: Arc::new(Inner {
+                registry: Mutex::new(registry),
+                version: AtomicU64::new(version),
+                cache: ResponseCache::new(),
+                clock,
+                listeners: RwLock::new(Vec::new()),
+                registry_ready: AtomicBool::new(false),
+                disable_delta,
+            }),
+        }
+    }
+
+    pub fn now(&self) -> i64 {
+        self.inner.clock.now_ms()
+    }
+
+    pub fn add_listener(&self, listener: Arc<dyn OutcomeListener>) {
+        self.inner.listeners.write().push(listener);
+    }
+
+    /// Applies a write and hands its outcome to every listener.
+    pub fn apply(&self, command: Command, writer: Writer) -> Outcome {
+        let outcome = self.with_registry(|r, now| r.apply(command, now));
+        for listener in self.inner.listeners.read().iter() {
+            listener.on_outcome(&outcome, &writer);
+        }
+        outcome
+    }
+
+    /// Runs `f` with the registry locked and the current time. Keep `f` short.
+    pub fn with_registry<R>(&self, f: impl FnOnce(&mut Registry, i64) -> R) -> R {
+        let now = self.now();
+        let mut registry = self.inner.registry.lock();
+        let result = f(&mut registry, now);
+        self.inner.version.store(registry.version(), Ordering::Release);
+        result
+    }
+
+    pub fn version(&self) -> u64 {
+        self.inner.version.load(Ordering::Acquire)
+    }
+
+    pub fn disable_delta(&self) -> bool {
+        self.inner.disable_delta
+    }
+
+    /// The encoded payload for `key`, from the cache or encoded now (once per version).
+    pub async fn payload(&self, key: Key, format: Format) -> Arc<Payload> {
+        let version = self.version();
+        let state = self.clone();
+        let k = key.clone();
+        self.inner
+            .cache
+            .get(key, format, version, move || {
+                // Snapshot under the lock (Arc clones), encode after releasing it.
+                match k {
+                    Key::Full => {
+                        let view = state.with_registry(|r, _| r.full_view());
+                        codec::encode_apps(&view, format)
+                    }
+                    Key::Delta => {
+                        let view = state.with_registry(|r, _| r.delta_view());
+                        codec::encode_apps(&view, format)
+                    }
+                    Key::App(app) => match state.with_registry(|r, _| r.app_view(&app)) {
+                        Some(view) => codec::encode_app(&view, format),
+                        None => Vec::new(),
+                    },
+                    Key::Vip(vip) => {
+                        let view = state.with_registry(|r, _| r.vip_view(&vip, false));
+                        codec::encode_apps(&view, format)
+                    }
+                    Key::Svip(vip) => {
+                        let view = state.with_registry(|r, _| r.vip_view(&vip, true));
+                        codec::encode_apps(&view, format)
+                    }
+                }
+            })
+            .await
+    }
+
+    /// One eviction run; its cancels go to the listeners. Returns how many were evicted.
+    pub fn evict(&self, seed: u64) -> usize {
+        let records = self.with_registry(|r, now| r.evict(now, seed));
+        let n = records.len();
+        if n > 0 {
+            let outcome = Outcome {
+                reply: crate::registry::Reply::Ok,
+                replicate: records,
+                pod_override: None,
+            };
+            for listener in self.inner.listeners.read().iter() {
+                listener.on_outcome(&outcome, &Writer::Timer);
+            }
+        }
+        n
+    }
+
+    /// Whether the registry has been filled from peers (or found none) and serves traffic.
+    pub fn registry_ready(&self) -> bool {
+        self.inner.registry_ready.load(Ordering::Acquire)
+    }
+
+    /// Opens the registry for traffic with the count of instances found at start.
+    pub fn open_for_traffic(&self, count: i64) {
+        self.with_registry(|r, now| r.open_for_traffic(count, now));
+        self.inner.registry_ready.store(true, Ordering::Release);
+    }
+}

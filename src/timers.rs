@@ -1,0 +1,51 @@
+//! Periodic drivers of the registry's background work: delta pruning on every replica; eviction
+//! and the renewal-threshold update only while this replica leads (always, without Kubernetes).
+//! They pass the current time (and a seed) into pure registry methods.
+
+use std::time::Duration;
+
+use tokio::{sync::watch, time::MissedTickBehavior};
+
+use crate::state::AppState;
+
+#[derive(Clone, Debug)]
+pub struct Intervals {
+    pub eviction: Duration,
+    pub renewal_threshold_update: Duration,
+    pub delta_retention: Duration,
+}
+
+fn ticker(period: Duration) -> tokio::time::Interval {
+    let mut t = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    t.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    t
+}
+
+/// Runs until the process ends.
+pub async fn run(state: AppState, intervals: Intervals, leader: watch::Receiver<bool>) {
+    let mut evict = ticker(intervals.eviction);
+    let mut threshold = ticker(intervals.renewal_threshold_update);
+    let mut purge = ticker(intervals.delta_retention);
+    let mut runs: u64 = 0;
+    loop {
+        tokio::select! {
+            _ = evict.tick() => {
+                if *leader.borrow() {
+                    runs += 1;
+                    // Java seeds its choice with the current time; so do we, plus a run counter.
+                    let seed = (state.now() as u64).wrapping_mul(0x9E37_79B9).wrapping_add(runs);
+                    let n = state.evict(seed);
+                    if n > 0 {
+                        tracing::info!(evicted = n, "evicted expired leases");
+                    }
+                }
+            }
+            _ = threshold.tick() => {
+                if *leader.borrow() && state.with_registry(|r, _| r.update_renewal_threshold()) {
+                    tracing::info!("updated the renewal threshold");
+                }
+            }
+            _ = purge.tick() => state.with_registry(|r, now| r.purge(now)),
+        }
+    }
+}

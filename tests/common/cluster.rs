@@ -1,0 +1,276 @@
+//! A real Kubernetes control plane for tests, the way envtest runs one: `etcd` and
+//! `kube-apiserver` from `$KUBEBUILDER_ASSETS` on free loopback ports, each with its own scratch
+//! directory and PKI, RBAC authorization on, the admin authenticated by a client certificate in
+//! `system:masters`. Without a scheduler, kubelet or controller-manager, tests play those parts.
+
+use std::{
+    net::Ipv4Addr,
+    path::{Path, PathBuf},
+    process::Command,
+    sync::OnceLock,
+    time::{Duration, Instant},
+};
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+    SanType,
+};
+
+use super::process::{Proc, free_port, scratch_dir};
+
+/// The running control plane. Its processes stop when it is dropped or the test binary exits.
+pub struct Cluster {
+    pub url: String,
+    /// A kubeconfig file with the admin user and, per context, impersonating users.
+    pub kubeconfig: PathBuf,
+    pub assets: PathBuf,
+    apiserver: Proc,
+    etcd: Proc,
+    _dir: tempfile::TempDir,
+}
+
+struct Pki {
+    ca_pem: String,
+    server_cert: String,
+    server_key: String,
+    admin_cert: String,
+    admin_key: String,
+    sa_key: String,
+    sa_pub: String,
+}
+
+fn pki() -> Pki {
+    let ca_key = KeyPair::generate().expect("ca key");
+    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("ca params");
+    ca.distinguished_name
+        .push(DnType::CommonName, "eureka-operator-test-ca");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let ca_cert = ca.self_signed(&ca_key).expect("ca cert");
+    let issuer = Issuer::new(ca, ca_key);
+
+    let server_key = KeyPair::generate().expect("server key");
+    let mut server = CertificateParams::new(vec![
+        "localhost".to_string(),
+        "kubernetes".to_string(),
+        "kubernetes.default".to_string(),
+        "kubernetes.default.svc".to_string(),
+    ])
+    .expect("server params");
+    server
+        .subject_alt_names
+        .push(SanType::IpAddress("127.0.0.1".parse().unwrap()));
+    server
+        .subject_alt_names
+        .push(SanType::IpAddress("10.0.0.1".parse().unwrap()));
+    server.distinguished_name.push(DnType::CommonName, "kube-apiserver");
+    server.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let server_cert = server.signed_by(&server_key, &issuer).expect("server cert");
+
+    let admin_key = KeyPair::generate().expect("admin key");
+    let mut admin = CertificateParams::new(Vec::<String>::new()).expect("admin params");
+    admin.distinguished_name.push(DnType::CommonName, "test-admin");
+    admin
+        .distinguished_name
+        .push(DnType::OrganizationName, "system:masters");
+    admin.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    let admin_cert = admin.signed_by(&admin_key, &issuer).expect("admin cert");
+
+    let sa_key = KeyPair::generate().expect("service account key");
+    Pki {
+        ca_pem: ca_cert.pem(),
+        server_cert: server_cert.pem(),
+        server_key: server_key.serialize_pem(),
+        admin_cert: admin_cert.pem(),
+        admin_key: admin_key.serialize_pem(),
+        sa_pub: sa_key.public_key_pem(),
+        sa_key: sa_key.serialize_pem(),
+    }
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::write(path, text).unwrap_or_else(|e| panic!("failed to write {}: {e}", path.display()));
+}
+
+impl Cluster {
+    /// One control plane per test binary, started on first use (`None` when the peers are missing
+    /// outside CI, after printing why).
+    pub fn shared() -> Option<&'static Cluster> {
+        static SHARED: OnceLock<Option<Cluster>> = OnceLock::new();
+        SHARED
+            .get_or_init(|| {
+                let assets = super::peers::require("KUBEBUILDER_ASSETS", "kube-apiserver tests")?;
+                Some(Cluster::start(Path::new(&assets)))
+            })
+            .as_ref()
+    }
+
+    /// Starts etcd and kube-apiserver and waits until `/readyz` answers 200.
+    pub fn start(assets: &Path) -> Cluster {
+        for bin in ["etcd", "kube-apiserver", "kubectl"] {
+            assert!(
+                assets.join(bin).exists(),
+                "{bin} is missing from {}; run tests/peers/setup",
+                assets.display()
+            );
+        }
+        let dir = scratch_dir("cluster");
+        let d = dir.path();
+        let pki = pki();
+        write(&d.join("ca.crt"), &pki.ca_pem);
+        write(&d.join("apiserver.crt"), &pki.server_cert);
+        write(&d.join("apiserver.key"), &pki.server_key);
+        write(&d.join("admin.crt"), &pki.admin_cert);
+        write(&d.join("admin.key"), &pki.admin_key);
+        write(&d.join("sa.key"), &pki.sa_key);
+        write(&d.join("sa.pub"), &pki.sa_pub);
+
+        let lo = Ipv4Addr::LOCALHOST;
+        let (client_port, peer_port, api_port) = (free_port(lo), free_port(lo), free_port(lo));
+        let etcd_url = format!("http://127.0.0.1:{client_port}");
+        let mut etcd = Command::new(assets.join("etcd"));
+        etcd.args(["--data-dir", &d.join("etcd").display().to_string()])
+            .args(["--listen-client-urls", &etcd_url, "--advertise-client-urls", &etcd_url])
+            .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer_port}")])
+            .args([
+                "--initial-advertise-peer-urls",
+                &format!("http://127.0.0.1:{peer_port}"),
+            ])
+            .args(["--initial-cluster", &format!("default=http://127.0.0.1:{peer_port}")])
+            .args(["--unsafe-no-fsync", "--log-level", "warn"]);
+        let etcd = Proc::spawn("etcd", etcd, &d.join("etcd.log"));
+
+        let url = format!("https://127.0.0.1:{api_port}");
+        let mut api = Command::new(assets.join("kube-apiserver"));
+        let p = |f: &str| d.join(f).display().to_string();
+        api.arg(format!("--etcd-servers={etcd_url}"))
+            .args(["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1"])
+            .arg(format!("--secure-port={api_port}"))
+            .arg(format!("--cert-dir={}", d.display()))
+            .arg(format!("--tls-cert-file={}", p("apiserver.crt")))
+            .arg(format!("--tls-private-key-file={}", p("apiserver.key")))
+            .arg(format!("--client-ca-file={}", p("ca.crt")))
+            .arg("--authorization-mode=RBAC")
+            .arg(format!("--service-account-issuer={url}"))
+            .arg(format!("--service-account-key-file={}", p("sa.pub")))
+            .arg(format!("--service-account-signing-key-file={}", p("sa.key")))
+            .args(["--service-cluster-ip-range=10.0.0.0/24", "--allow-privileged=true"])
+            .args(["--disable-admission-plugins=ServiceAccount"]);
+        let apiserver = Proc::spawn("kube-apiserver", api, &d.join("apiserver.log"));
+
+        let kubeconfig = d.join("kubeconfig");
+        write(
+            &kubeconfig,
+            &format!(
+                "apiVersion: v1
+kind: Config
+clusters:
+- name: test
+  cluster: {{server: \"{url}\", certificate-authority: \"{ca}\"}}
+users:
+- name: admin
+  user: {{client-certificate: \"{cert}\", client-key: \"{key}\"}}
+contexts:
+- {{name: test, context: {{cluster: test, user: admin, namespace: default}}}}
+current-context: test
+",
+                ca = p("ca.crt"),
+                cert = p("admin.crt"),
+                key = p("admin.key"),
+            ),
+        );
+
+        let mut cluster = Cluster {
+            url,
+            kubeconfig,
+            assets: assets.to_path_buf(),
+            apiserver,
+            etcd,
+            _dir: dir,
+        };
+        cluster.wait_ready(Duration::from_secs(90));
+        cluster
+    }
+
+    fn wait_ready(&mut self, timeout: Duration) {
+        let started = Instant::now();
+        loop {
+            let out = self.kubectl().args(["get", "--raw", "/readyz"]).output();
+            if let Ok(out) = &out
+                && out.status.success()
+            {
+                eprintln!("kube-apiserver ready in {:?} at {}", started.elapsed(), self.url);
+                return;
+            }
+            if let Some(status) = self.apiserver.try_exit() {
+                panic!("kube-apiserver exited ({status}):\n{}", self.apiserver.log_tail(40));
+            }
+            if let Some(status) = self.etcd.try_exit() {
+                panic!("etcd exited ({status}):\n{}", self.etcd.log_tail(40));
+            }
+            assert!(
+                started.elapsed() < timeout,
+                "kube-apiserver not ready after {timeout:?}:\n{}",
+                self.apiserver.log_tail(40)
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// `kubectl --kubeconfig <admin>`.
+    pub fn kubectl(&self) -> Command {
+        let mut cmd = Command::new(self.assets.join("kubectl"));
+        cmd.arg("--kubeconfig").arg(&self.kubeconfig);
+        cmd
+    }
+
+    /// Runs kubectl with `args`, panicking with its output on failure; returns stdout.
+    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl().args(args).output().expect("failed to run kubectl");
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// A `kube::Config` for the admin (`system:masters`).
+    pub async fn admin_config(&self) -> kube::Config {
+        let kc = Kubeconfig::read_from(&self.kubeconfig).expect("failed to read test kubeconfig");
+        kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            .await
+            .expect("failed to load test kubeconfig")
+    }
+
+    /// A client acting as the admin (`system:masters`).
+    pub async fn admin(&self) -> kube::Client {
+        kube::Client::try_from(self.admin_config().await).expect("failed to build admin client")
+    }
+
+    /// A config whose every request impersonates `user` (e.g.
+    /// `system:serviceaccount:<ns>:<name>`; the apiserver adds the service-account groups itself).
+    pub async fn config_as(&self, user: &str) -> kube::Config {
+        let mut config = self.admin_config().await;
+        config.auth_info.impersonate = Some(user.to_string());
+        config
+    }
+
+    /// A client that acts as `user` through impersonation, so RBAC applies to it.
+    pub async fn client_as(&self, user: &str) -> kube::Client {
+        kube::Client::try_from(self.config_as(user).await).expect("failed to build impersonating client")
+    }
+
+    /// Writes a kubeconfig that impersonates `user`, for processes such as the operator binary.
+    pub fn kubeconfig_as(&self, user: &str, path: &Path) {
+        let text = std::fs::read_to_string(&self.kubeconfig).expect("read kubeconfig");
+        let text = text.replace("client-key: ", &format!("as: \"{user}\", client-key: "));
+        write(path, &text);
+    }
+}

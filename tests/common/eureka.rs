@@ -1,0 +1,423 @@
+//! Eureka processes for tests: our own server (the built binary), the Spring Cloud Netflix
+//! Eureka server, the Spring Boot client app, and the Python and Node client peers.
+
+use std::{
+    net::Ipv4Addr,
+    path::{Path, PathBuf},
+    process::Command,
+    time::Duration,
+};
+
+use serde_json::Value;
+
+use super::{
+    peers,
+    process::{Proc, free_port, scratch_dir, wait_for},
+};
+
+/// A plain HTTP client for tests (no TLS, gzip on).
+pub fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .expect("http client")
+}
+
+/// JVM flags that halve start-up time on 2 cores.
+const JVM_FLAGS: [&str; 4] = ["-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xss512k"];
+
+// === our server ===
+
+/// The `eureka-operator` binary, started with `args` on a free port of `ip`.
+pub struct Server {
+    pub proc: Proc,
+    pub ip: Ipv4Addr,
+    pub port: u16,
+    pub admin_port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Server {
+    pub fn binary() -> PathBuf {
+        PathBuf::from(env!("CARGO_BIN_EXE_eureka-operator"))
+    }
+
+    /// Starts the server (standalone unless `args` say otherwise) and waits for `/readyz`.
+    pub async fn start(ip: Ipv4Addr, args: &[&str]) -> Server {
+        Server::start_with_env(ip, args, &[]).await
+    }
+
+    pub async fn start_with_env(ip: Ipv4Addr, args: &[&str], env: &[(&str, &str)]) -> Server {
+        let port = free_port(ip);
+        let admin_port = free_port(ip);
+        Server::start_on(ip, port, admin_port, args, env).await
+    }
+
+    pub async fn start_on(ip: Ipv4Addr, port: u16, admin_port: u16, args: &[&str], env: &[(&str, &str)]) -> Server {
+        let dir = scratch_dir("server");
+        let mut cmd = Command::new(Server::binary());
+        cmd.arg("--bind")
+            .arg(format!("{ip}:{port}"))
+            .arg("--admin-bind")
+            .arg(format!("{ip}:{admin_port}"))
+            .args(args)
+            .env("EUREKA_LOG", "info,eureka_operator=debug")
+            .env_remove("KUBECONFIG")
+            .env("EUREKA_KUBERNETES", "off");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let proc = Proc::spawn("eureka-operator", cmd, &dir.path().join("server.log"));
+        let server = Server {
+            proc,
+            ip,
+            port,
+            admin_port,
+            dir,
+        };
+        server.wait_ready().await;
+        server
+    }
+
+    pub async fn wait_ready(&self) {
+        let url = format!("http://{}:{}/readyz", self.ip, self.admin_port);
+        let client = http();
+        let log = self.proc.log_path().to_path_buf();
+        wait_for(
+            "eureka-operator /readyz",
+            Duration::from_secs(60),
+            Duration::from_millis(50),
+            || {
+                let (client, url, log) = (client.clone(), url.clone(), log.clone());
+                async move {
+                    match client.get(&url).send().await {
+                        Ok(r) if r.status().is_success() => Some(()),
+                        _ => {
+                            let text = std::fs::read_to_string(&log).unwrap_or_default();
+                            assert!(!text.contains("Error: "), "eureka-operator failed to start:\n{text}");
+                            None
+                        }
+                    }
+                }
+            },
+        )
+        .await;
+    }
+
+    /// `http://ip:port/eureka/`
+    pub fn url(&self) -> String {
+        format!("http://{}:{}/eureka/", self.ip, self.port)
+    }
+
+    pub fn base(&self) -> String {
+        format!("http://{}:{}", self.ip, self.port)
+    }
+
+    pub fn admin(&self) -> String {
+        format!("http://{}:{}", self.ip, self.admin_port)
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The value of a Prometheus sample, e.g. `eureka_renewals_total`.
+    pub async fn metric(&self, sample: &str) -> Option<f64> {
+        let text = http()
+            .get(format!("{}/metrics", self.admin()))
+            .send()
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        text.lines()
+            .find(|l| l.split_whitespace().next() == Some(sample))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+    }
+}
+
+// === the Spring Cloud Netflix Eureka server ===
+
+/// The reference Java Eureka server on `ip`.
+pub struct JavaServer {
+    pub proc: Proc,
+    pub ip: Ipv4Addr,
+    pub port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl JavaServer {
+    /// Starts it with fast timers and `extra` Spring properties (`--key=value`); `None` when the
+    /// peer is missing outside CI.
+    pub async fn start(ip: Ipv4Addr, extra: &[String]) -> Option<JavaServer> {
+        let jar = peers::require("EUREKA_PEER_JAVA_SERVER_JAR", "Java Eureka server tests")?;
+        let port = free_port(ip);
+        let dir = scratch_dir("java-server");
+        let mut cmd = Command::new("java");
+        cmd.args(JVM_FLAGS).arg("-jar").arg(&jar);
+        cmd.arg(format!("--server.address={ip}"))
+            .arg(format!("--server.port={port}"))
+            .arg("--spring.main.banner-mode=off")
+            .arg(format!("--eureka.instance.hostname={ip}"))
+            .arg(format!("--eureka.instance.ip-address={ip}"))
+            .arg("--eureka.server.eviction-interval-timer-in-ms=1000")
+            .arg("--eureka.server.use-read-only-response-cache=false")
+            .arg("--eureka.server.response-cache-update-interval-ms=1000")
+            .arg("--eureka.server.wait-time-in-ms-when-sync-empty=0");
+        let has = |k: &str| extra.iter().any(|e| e.starts_with(&format!("--{k}=")));
+        if !has("eureka.client.register-with-eureka") {
+            cmd.arg("--eureka.client.register-with-eureka=false");
+        }
+        if !has("eureka.client.fetch-registry") {
+            cmd.arg("--eureka.client.fetch-registry=false");
+        }
+        cmd.args(extra);
+        let proc = Proc::spawn("java-eureka-server", cmd, &dir.path().join("java-server.log"));
+        let server = JavaServer {
+            proc,
+            ip,
+            port,
+            _dir: dir,
+        };
+        server.wait_ready().await;
+        Some(server)
+    }
+
+    async fn wait_ready(&self) {
+        let url = format!("{}apps", self.url());
+        let client = http();
+        wait_for(
+            "the Java Eureka server",
+            Duration::from_secs(120),
+            Duration::from_millis(250),
+            || {
+                let (client, url) = (client.clone(), url.clone());
+                async move {
+                    let r = client
+                        .get(&url)
+                        .header("Accept", "application/json")
+                        .send()
+                        .await
+                        .ok()?;
+                    r.status().is_success().then_some(())
+                }
+            },
+        )
+        .await;
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}:{}/eureka/", self.ip, self.port)
+    }
+
+    pub fn base(&self) -> String {
+        format!("http://{}:{}", self.ip, self.port)
+    }
+}
+
+// === the Spring Boot Eureka client app ===
+
+/// The Spring client app (tests/peers/java-client) registered as `app` with `instance_id`.
+pub struct SpringClient {
+    pub proc: Proc,
+    pub port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl SpringClient {
+    pub async fn start(eureka_url: &str, app: &str, instance_id: &str, extra: &[String]) -> Option<SpringClient> {
+        let jar = peers::require("EUREKA_PEER_JAVA_CLIENT_JAR", "Spring client tests")?;
+        let port = free_port(Ipv4Addr::LOCALHOST);
+        let dir = scratch_dir("spring-client");
+        let mut cmd = Command::new("java");
+        cmd.args(JVM_FLAGS).arg("-jar").arg(&jar);
+        cmd.arg("--server.address=127.0.0.1")
+            .arg(format!("--server.port={port}"))
+            .arg(format!("--spring.application.name={app}"))
+            .arg(format!("--eureka.client.service-url.defaultZone={eureka_url}"))
+            .arg("--eureka.client.registry-fetch-interval-seconds=1")
+            .arg("--eureka.client.initial-instance-info-replication-interval-seconds=1")
+            .arg("--eureka.client.instance-info-replication-interval-seconds=1")
+            .arg("--eureka.instance.lease-renewal-interval-in-seconds=1")
+            .arg("--eureka.instance.lease-expiration-duration-in-seconds=3")
+            .arg(format!("--eureka.instance.instance-id={instance_id}"))
+            .arg("--eureka.instance.hostname=127.0.0.1")
+            .arg("--eureka.instance.prefer-ip-address=true")
+            .arg("--eureka.instance.ip-address=127.0.0.1")
+            .args(extra);
+        let proc = Proc::spawn("spring-client", cmd, &dir.path().join("spring-client.log"));
+        let client = SpringClient { proc, port, _dir: dir };
+        let base = client.base();
+        let http = http();
+        wait_for(
+            "the Spring client app",
+            Duration::from_secs(120),
+            Duration::from_millis(250),
+            || {
+                let (http, base) = (http.clone(), base.clone());
+                async move {
+                    http.get(format!("{base}/stats"))
+                        .send()
+                        .await
+                        .ok()
+                        .filter(|r| r.status().is_success())
+                }
+            },
+        )
+        .await;
+        Some(client)
+    }
+
+    pub fn base(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub async fn get(&self, path: &str) -> Value {
+        http()
+            .get(format!("{}{path}", self.base()))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {path} on the Spring client: {e}"))
+            .json()
+            .await
+            .unwrap_or_else(|e| panic!("GET {path} on the Spring client is not JSON: {e}"))
+    }
+
+    pub async fn stats(&self) -> Value {
+        self.get("/stats").await
+    }
+
+    /// `[(id, status)]` of every instance of `app` in the client's registry copy.
+    pub async fn seen_all(&self, app: &str) -> Vec<(String, String)> {
+        let v = self.get(&format!("/seen-all/{app}")).await;
+        let mut out: Vec<(String, String)> = v
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|i| {
+                        (
+                            i["id"].as_str().unwrap_or("").to_string(),
+                            i["status"].as_str().unwrap_or("").to_string(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        out.sort();
+        out
+    }
+}
+
+// === the Python and Node client peers ===
+
+/// A py-eureka-client or eureka-js-client peer (tests/peers/{python,node}) printing ticks.
+pub struct ScriptPeer {
+    pub proc: Proc,
+    _dir: tempfile::TempDir,
+}
+
+impl ScriptPeer {
+    /// py-eureka-client registered as `app`/`id` against `server` (e.g. `http://ip:port/eureka`).
+    pub fn python(server: &str, app: &str, id: &str) -> Option<ScriptPeer> {
+        let python = peers::require("EUREKA_PEER_PYTHON", "py-eureka-client tests")?;
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/python/peer.py");
+        let dir = scratch_dir("py-peer");
+        let mut cmd = Command::new(python);
+        cmd.arg("-u")
+            .arg(script)
+            .args(["--server", server, "--app", app, "--id", id, "--interval", "1"]);
+        let proc = Proc::spawn("py-peer", cmd, &dir.path().join("py-peer.log"));
+        Some(ScriptPeer { proc, _dir: dir })
+    }
+
+    /// eureka-js-client registered as `app`/`id`; `service_url` ends in `/apps/`; it reports
+    /// what it sees of the apps in `watch`.
+    pub fn node(service_url: &str, app: &str, id: &str, watch: &[&str]) -> Option<ScriptPeer> {
+        let modules = peers::require("EUREKA_PEER_NODE_MODULES", "eureka-js-client tests")?;
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/node/peer.js");
+        let dir = scratch_dir("js-peer");
+        let mut cmd = Command::new("node");
+        cmd.env("NODE_PATH", modules).arg(script).args([
+            "--server",
+            service_url,
+            "--app",
+            app,
+            "--id",
+            id,
+            "--port",
+            "9091",
+            "--interval",
+            "1000",
+            "--watch",
+            &watch.join(","),
+        ]);
+        let proc = Proc::spawn("js-peer", cmd, &dir.path().join("js-peer.log"));
+        Some(ScriptPeer { proc, _dir: dir })
+    }
+
+    /// Every JSON line printed so far.
+    pub fn events(&self) -> Vec<Value> {
+        self.proc
+            .log()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// The latest tick.
+    pub fn last_tick(&self) -> Option<Value> {
+        self.events().into_iter().rev().find(|e| e["event"] == "tick")
+    }
+
+    /// `[(id, status)]` of `app` in the latest tick.
+    pub fn seen(&self, app: &str) -> Vec<(String, String)> {
+        let Some(tick) = self.last_tick() else {
+            return Vec::new();
+        };
+        tick["seen"][app]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|p| {
+                        (
+                            p[0].as_str().unwrap_or("").to_string(),
+                            p[1].as_str().unwrap_or("").to_string(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Waits until the latest tick satisfies `check`.
+    pub async fn wait_tick(&self, what: &str, timeout: Duration, check: impl Fn(&Value) -> bool) -> Value {
+        wait_for(what, timeout, Duration::from_millis(100), || {
+            let tick = self.last_tick().filter(|t| check(t));
+            async move { tick }
+        })
+        .await
+    }
+
+    /// SIGTERM, and waits for the peer to exit after deregistering.
+    pub async fn stop(&mut self) -> Vec<Value> {
+        self.proc.signal(libc::SIGTERM);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(s) = self.proc.try_exit() {
+                break Some(s);
+            }
+            if tokio::time::Instant::now() > deadline {
+                break None;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "peer did not stop cleanly: {}",
+            self.proc.log_tail(20)
+        );
+        self.events()
+    }
+}

@@ -1,0 +1,8 @@
+//! Test support shared by the integration tests: real peers (Kubernetes control plane, Java Eureka
+//! server and client, Python and Node clients), processes that never outlive the tests, and waits.
+#![allow(dead_code, unused_macros, unused_imports)]
+
+pub mod cluster;
+pub mod eureka;
+pub mod peers;
+pub mod process;
