@@ -2,6 +2,7 @@
 //! server and client, Python and Node clients), processes that never outlive the tests, and waits.
 #![allow(dead_code, unused_macros, unused_imports)]
 
+pub mod browser;
 pub mod cluster;
 pub mod eureka;
 pub mod peers;

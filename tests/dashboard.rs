@@ -1,0 +1,104 @@
+//! The dashboard in a real headless Chromium: what a person sees, including the
+//! self-preservation banners.
+
+mod common;
+
+use std::{net::Ipv4Addr, time::Duration};
+
+use common::{
+    browser::Browser,
+    eureka::{Server, http},
+    process::wait_for,
+};
+
+async fn register(server: &Server, app: &str, id: &str) {
+    let body = format!(
+        r#"{{"instance":{{"instanceId":"{id}","hostName":"10.0.0.9","app":"{app}","ipAddr":"10.0.0.9",
+        "statusPageUrl":"http://10.0.0.9:8080/info","vipAddress":"{app}","metadata":{{"zone":"zone-a"}},
+        "dataCenterInfo":{{"@class":"com.netflix.appinfo.InstanceInfo$DefaultDataCenterInfo","name":"MyOwn"}}}}}}"#
+    );
+    let r = http()
+        .post(format!("{}apps/{app}", server.url()))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+}
+
+#[tokio::test]
+async fn dashboard_shows_status_instances_and_the_emergency_banner() {
+    let Some(browser) = Browser::start().await else { return };
+    // Self-preservation on, one-second renew windows and no grace: with nobody renewing, the
+    // renewals are below the threshold and the EMERGENCY banner shows.
+    let server = Server::start(
+        Ipv4Addr::new(127, 0, 0, 5),
+        &["--renews-window-ms", "1000", "--wait-time-in-ms-when-sync-empty", "0"],
+    )
+    .await;
+    register(&server, "ORDERS", "orders-1").await;
+    register(&server, "ORDERS", "orders-2").await;
+    register(&server, "BILLING", "billing-1").await;
+    http()
+        .put(format!(
+            "{}apps/ORDERS/orders-2/status?value=OUT_OF_SERVICE",
+            server.url()
+        ))
+        .send()
+        .await
+        .unwrap();
+
+    let text = wait_for(
+        "the dashboard to show the banner",
+        Duration::from_secs(15),
+        Duration::from_millis(300),
+        || async {
+            browser.open(&format!("{}/", server.base())).await;
+            let text = browser.visible_text().await;
+            text.contains("EMERGENCY!").then_some(text)
+        },
+    )
+    .await;
+    for expected in [
+        "System Status",
+        "Renews threshold",
+        "Renews (last min)",
+        "Lease expiration enabled\tfalse",
+        "EMERGENCY! EUREKA MAY BE INCORRECTLY CLAIMING INSTANCES ARE UP WHEN THEY'RE NOT. RENEWALS ARE LESSER THAN THRESHOLD AND HENCE THE INSTANCES ARE NOT BEING EXPIRED JUST TO BE SAFE.",
+        "Instances currently registered with Eureka",
+        "ORDERS",
+        "UP (1) - orders-1",
+        "OUT_OF_SERVICE (1) - orders-2",
+        "BILLING",
+        "zone-a",
+        "General Info",
+    ] {
+        assert!(text.contains(expected), "the page does not show {expected:?}:\n{text}");
+    }
+    // Instance ids link to their status pages.
+    let href = browser
+        .eval("return document.querySelector('#instances a').getAttribute('href')")
+        .await;
+    assert_eq!(href, "http://10.0.0.9:8080/info");
+
+    browser.open(&format!("{}/lastn", server.base())).await;
+    let text = browser.visible_text().await;
+    assert!(
+        text.contains("ORDERS(orders-1)") && text.contains("BILLING(billing-1)"),
+        "{text}"
+    );
+
+    // With self-preservation off, Spring's other banner.
+    let off = Server::start(Ipv4Addr::new(127, 0, 0, 5), &["--enable-self-preservation", "false"]).await;
+    browser.open(&format!("{}/", off.base())).await;
+    let text = browser.visible_text().await;
+    assert!(
+        text.contains(
+            "THE SELF PRESERVATION MODE IS TURNED OFF. THIS MAY NOT PROTECT INSTANCE EXPIRY IN CASE OF NETWORK/OTHER PROBLEMS."
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("EMERGENCY"), "{text}");
+    assert!(text.contains("No instances available"), "{text}");
+}
