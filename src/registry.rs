@@ -1109,6 +1109,20 @@ impl Registry {
             .collect()
     }
 
+    /// The pod instances of one EurekaApp.
+    pub fn pod_instances_of(&self, namespace: &str, eureka_app: &str) -> Vec<(PodOwner, InstanceView)> {
+        self.apps
+            .values()
+            .flat_map(|entries| entries.values())
+            .filter_map(|e| match &e.origin {
+                Origin::Pod { owner, .. } if owner.namespace == namespace && owner.eureka_app == eureka_app => {
+                    Some((owner.clone(), self.view(e)))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Who holds an instance id (for conflict reports): `None` if nobody.
     pub fn holder(&self, app: &str, id: &str) -> Option<(OriginKind, Option<PodOwner>)> {
         let e = self.apps.get(app)?.get(id)?;

@@ -1,6 +1,7 @@
 //! Builds the process from its configuration: the registry and its state, the listeners, the
-//! background timers, and (in later layers) replication and the Kubernetes controller; owns
-//! graceful shutdown.
+//! background timers, the Kubernetes controller with its Lease election when a cluster is found;
+//! owns graceful shutdown. If the Lease task dies the process exits: without it nobody knows who
+//! leads.
 
 use std::{sync::Arc, time::Duration};
 
@@ -9,7 +10,8 @@ use tokio::{net::TcpListener, sync::watch};
 
 use crate::{
     api::{self, Api, admin, auth::Credentials},
-    config::Args,
+    config::{Args, KubernetesArgs, KubernetesMode},
+    k8s::{controller, index::Index, lease, status},
     metrics::{Metrics, RegistryCollector},
     registry::Registry,
     state::{AppState, Clock, SystemClock},
@@ -35,6 +37,50 @@ pub async fn shutdown_signal() {
     tokio::select! { _ = ctrl_c => {}, _ = term => {} }
 }
 
+/// A shutdown flag many tasks can wait on.
+#[derive(Clone)]
+pub struct Shutdown(watch::Receiver<bool>);
+
+impl Shutdown {
+    pub async fn wait(mut self) {
+        let _ = self.0.wait_for(|stop| *stop).await;
+    }
+}
+
+const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
+/// The cluster configuration, or `None` to run standalone.
+async fn cluster(args: &KubernetesArgs) -> anyhow::Result<Option<kube::Config>> {
+    match args.kubernetes {
+        KubernetesMode::Off => Ok(None),
+        KubernetesMode::On => {
+            Ok(Some(kube::Config::infer().await.context(
+                "failed to find a Kubernetes configuration (--kubernetes on)",
+            )?))
+        }
+        KubernetesMode::Auto => match kube::Config::infer().await {
+            Ok(c) => Ok(Some(c)),
+            Err(e) => {
+                tracing::info!(reason = %e, "no Kubernetes cluster found: running as a standalone Eureka server");
+                Ok(None)
+            }
+        },
+    }
+}
+
+/// This replica's name: the flag, else the pod name, else the host name.
+pub fn replica_identity(flag: Option<&str>) -> String {
+    flag.map(str::to_string)
+        .or_else(|| std::env::var("POD_NAME").ok())
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_string())
+        })
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| format!("eureka-operator-{}", std::process::id()))
+}
+
 /// Runs the operator until it is asked to stop.
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let Args {
@@ -46,7 +92,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         server,
         auth,
         peers,
-        kubernetes: _,
+        kubernetes,
     } = args;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let started_at = clock.now_ms();
@@ -61,10 +107,65 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         auth.basic_auth_file.as_deref(),
     )?;
     let readiness = admin::Readiness::new();
+    let identity = replica_identity(peers.replica_id.as_deref());
 
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let shutdown = Shutdown(shutdown_rx);
     let (_peers_tx, peers_rx) = watch::channel(peers.peer_urls.clone());
-    // Without Kubernetes there is no Lease: this process runs every background job.
-    let (_leader_tx, leader_rx) = watch::channel(true);
+
+    // Kubernetes: the Lease decides who runs the background jobs and writes to the cluster.
+    let kube = cluster(&kubernetes).await?;
+    let (leader_rx, lease_task, leadership) = match &kube {
+        None => {
+            // Alone, this process runs every background job.
+            let (_, rx) = watch::channel(true);
+            (rx, None, None)
+        }
+        Some(config) => {
+            let client = kube::Client::try_from(config.clone()).context("failed to build a Kubernetes client")?;
+            let namespace = kubernetes
+                .operator_namespace
+                .clone()
+                .or_else(|| {
+                    std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE)
+                        .ok()
+                        .map(|s| s.trim().to_string())
+                })
+                .unwrap_or_else(|| config.default_namespace.clone());
+            let cfg = lease::LeaseConfig {
+                namespace,
+                name: kubernetes.lease_name.clone(),
+                identity: identity.clone(),
+                duration: Duration::from_secs(kubernetes.lease_duration_seconds.max(3)),
+            };
+            tracing::info!(lease = %format!("{}/{}", cfg.namespace, cfg.name), identity = %identity, "running the controller");
+            let (tx, rx) = watch::channel(false);
+            let task = tokio::spawn(lease::run(client.clone(), cfg, tx, shutdown.clone().wait()));
+
+            let index = Arc::new(parking_lot::RwLock::new(Index::default()));
+            let writer_metrics = status::WriterMetrics::default();
+            let controller_metrics = controller::Metrics::default();
+            metrics.with_registry(|r| {
+                writer_metrics.register(r);
+                controller_metrics.register(r);
+            });
+            let reporter = kube::runtime::events::Reporter {
+                controller: "eureka-operator".into(),
+                instance: Some(identity.clone()),
+            };
+            let writer = status::spawn(client.clone(), reporter, index.clone(), rx.clone(), writer_metrics);
+            state.add_listener(Arc::new(controller::OverridePersister(writer.clone())));
+            let settings = controller::Settings {
+                cluster_id: kubernetes.cluster_id.clone(),
+                cluster_domain: "cluster.local".into(),
+                namespaces: kubernetes.watch_namespaces.clone(),
+            };
+            let synced = readiness.condition("kubernetes caches synced");
+            let ctl = controller::Controller::new(state.clone(), writer, settings, controller_metrics, index, synced);
+            tokio::spawn(ctl.run(client));
+            (rx.clone(), Some(task), Some(rx))
+        }
+    };
 
     state.open_for_traffic(0);
 
@@ -80,9 +181,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         metrics: metrics.clone(),
         max_body: max_request_body_bytes,
         started_at,
-        environment: "default".to_string(),
+        environment: kubernetes.cluster_id.clone(),
         peers: peers_rx,
-        leadership: None,
+        leadership,
     };
     let eureka = TcpListener::bind(bind)
         .await
@@ -98,11 +199,33 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         readiness,
     });
     let admin_server = tokio::spawn(async move { axum::serve(admin_listener, admin_app).await });
-    axum::serve(eureka, api::router(api, credentials))
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .context("the Eureka listener failed")?;
-    tracing::info!("shutting down");
+    let serve = axum::serve(eureka, api::router(api, credentials)).with_graceful_shutdown(shutdown.clone().wait());
+    let serve = tokio::spawn(async move { serve.await });
+
+    let lease_died = async {
+        match lease_task {
+            Some(task) => task.await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(lease_died);
+    tokio::select! {
+        _ = shutdown_signal() => {
+            tracing::info!("shutting down");
+            let _ = shutdown_tx.send(true);
+            // Give the Lease task a moment to release the Lease.
+            let _ = tokio::time::timeout(Duration::from_secs(5), &mut lease_died).await;
+        }
+        result = &mut lease_died => {
+            let _ = shutdown_tx.send(true);
+            match result {
+                Ok(Ok(())) => anyhow::bail!("the Lease election ended unexpectedly"),
+                Ok(Err(e)) => return Err(anyhow::Error::new(e).context("the Lease election failed")),
+                Err(e) => anyhow::bail!("the Lease election task died: {e}"),
+            }
+        }
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(10), serve).await;
     timers.abort();
     admin_server.abort();
     Ok(())

@@ -82,26 +82,22 @@ impl Server {
     pub async fn wait_ready(&self) {
         let url = format!("http://{}:{}/readyz", self.ip, self.admin_port);
         let client = http();
-        let log = self.proc.log_path().to_path_buf();
-        wait_for(
-            "eureka-operator /readyz",
-            Duration::from_secs(60),
-            Duration::from_millis(50),
-            || {
-                let (client, url, log) = (client.clone(), url.clone(), log.clone());
-                async move {
-                    match client.get(&url).send().await {
-                        Ok(r) if r.status().is_success() => Some(()),
-                        _ => {
-                            let text = std::fs::read_to_string(&log).unwrap_or_default();
-                            assert!(!text.contains("Error: "), "eureka-operator failed to start:\n{text}");
-                            None
-                        }
-                    }
-                }
-            },
-        )
-        .await;
+        let started = std::time::Instant::now();
+        loop {
+            if let Ok(r) = client.get(&url).send().await
+                && r.status().is_success()
+            {
+                return;
+            }
+            let log = self.proc.log();
+            assert!(!log.contains("Error: "), "eureka-operator failed to start:\n{log}");
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "eureka-operator not ready after 60 s:\n{}",
+                self.proc.log_tail(40)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// `http://ip:port/eureka/`

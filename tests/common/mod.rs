@@ -5,5 +5,6 @@
 pub mod browser;
 pub mod cluster;
 pub mod eureka;
+pub mod operator;
 pub mod peers;
 pub mod process;

@@ -1,0 +1,346 @@
+//! The `EurekaApp` custom resource (`eureka-operator.dev/v1alpha1`): which Pods become which
+//! Eureka instances, and how. Field names echo Spring's `eureka.instance.*` where one exists. What
+//! can be checked at admission is checked there (schema and CEL rules); the rest is reported in
+//! conditions.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::{
+    apis::meta::v1::{Condition, LabelSelector, Time},
+    util::intstr::IntOrString,
+};
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+/// The API group of every resource of this operator.
+pub const GROUP: &str = "eureka-operator.dev";
+/// Finalizer that deregisters an EurekaApp's instances before it goes.
+pub const FINALIZER: &str = "eureka-operator.dev/deregister";
+/// Pod annotation holding a status override set through the Eureka REST API.
+pub const STATUS_OVERRIDE_ANNOTATION: &str = "eureka-operator.dev/status-override";
+
+/// Turns Pods selected by `selector` into instances of one Eureka application.
+#[derive(CustomResource, KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq, Default)]
+#[kube(
+    group = "eureka-operator.dev",
+    version = "v1alpha1",
+    kind = "EurekaApp",
+    namespaced,
+    status = "EurekaAppStatus",
+    shortname = "ea",
+    category = "eureka",
+    printcolumn = r#"{"name":"App","type":"string","jsonPath":".status.appName"}"#,
+    printcolumn = r#"{"name":"Selected","type":"integer","jsonPath":".status.selectedPods"}"#,
+    printcolumn = r#"{"name":"Up","type":"integer","jsonPath":".status.instances.up"}"#,
+    printcolumn = r#"{"name":"Out-of-service","type":"integer","jsonPath":".status.instances.outOfService"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct EurekaAppSpec {
+    /// Which Pods in this namespace are instances. Must select something.
+    #[x_kube(validation = Rule::new("(has(self.matchLabels) && size(self.matchLabels) > 0) || (has(self.matchExpressions) && size(self.matchExpressions) > 0)").message("selector must have matchLabels or matchExpressions"))]
+    pub selector: LabelSelector,
+
+    /// The Eureka application name (upper-cased on the wire). Defaults to metadata.name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.matches('^[A-Za-z0-9][A-Za-z0-9._-]*$') && size(self) <= 200").message("appName must be letters, digits, '.', '_' or '-' (at most 200)"))]
+    pub app_name: Option<String>,
+
+    /// `vipAddress`; defaults to the lower-case app name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vip_address: Option<String>,
+
+    /// `secureVipAddress`; defaults to the VIP address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secure_vip_address: Option<String>,
+
+    /// The instance's port: a container port name or a number. Defaults to the first TCP container port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "port_ref_schema")]
+    pub port: Option<IntOrString>,
+
+    /// The secure (TLS) port, off unless set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secure_port: Option<SecurePort>,
+
+    /// The instance id template. Placeholders: {pod.name}, {pod.namespace}, {pod.uid}, {pod.ip},
+    /// {node}, {appName}, {port}, {cluster}. Must name the pod, its uid or its IP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.contains('{pod.name}') || self.contains('{pod.uid}') || self.contains('{pod.ip}')").message("instanceId must contain {pod.name}, {pod.uid} or {pod.ip} so that it is unique per pod"))]
+    pub instance_id: Option<String>,
+
+    /// What `hostName` holds.
+    #[serde(default)]
+    pub host_name: HostNameMode,
+
+    /// Which pod IP becomes `ipAddr`.
+    #[serde(default)]
+    pub ip_family: IpFamily,
+
+    /// Home, status and health URLs, built from paths and the instance's host and port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub urls: Option<Urls>,
+
+    /// A separate port (name or number) for the status and health URLs, e.g. Spring's management port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "port_ref_schema")]
+    pub management_port: Option<IntOrString>,
+
+    /// Instance metadata.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<MetadataSpec>,
+
+    /// The `zone` metadata entry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<ZoneSpec>,
+
+    /// Lease timing published to clients (and used toward Java peers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<LeaseSpec>,
+
+    /// What a selected pod that is not Ready maps to.
+    #[serde(default)]
+    pub not_ready: NotReadyMapping,
+
+    /// What a terminating pod (with a deletionTimestamp) maps to until the drain ends.
+    #[serde(default)]
+    pub terminating: TerminatingMapping,
+
+    /// Seconds a terminating pod stays registered (with its `terminating` status) before it is
+    /// deregistered, so clients' caches learn it is out first.
+    #[serde(default = "default_drain_seconds")]
+    #[x_kube(validation = Rule::new("self >= 0 && self <= 3600").message("drainSeconds must be between 0 and 3600"))]
+    pub drain_seconds: i64,
+
+    /// A status override for every instance of the app (e.g. maintenance).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_override: Option<StatusOverride>,
+
+    /// Status overrides for the pods a selector picks (e.g. a canary); the first match wins and
+    /// beats the app-wide override.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub status_overrides: Vec<SelectorOverride>,
+
+    /// Deregister every instance of this app and stop managing it until unset.
+    #[serde(default)]
+    pub suspend: bool,
+}
+
+fn default_drain_seconds() -> i64 {
+    30
+}
+
+/// A container port name or number (1-65535).
+fn port_ref_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "x-kubernetes-int-or-string": true,
+        "x-kubernetes-validations": [{
+            "rule": "type(self) == int ? (self >= 1 && self <= 65535) : (size(self) >= 1 && size(self) <= 15)",
+            "message": "a port must be a number from 1 to 65535 or a container port name of 1 to 15 characters"
+        }]
+    })
+}
+
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SecurePort {
+    /// A container port name or number.
+    #[schemars(schema_with = "port_ref_schema")]
+    pub port: IntOrString,
+    /// Whether the secure port is enabled (default true once set).
+    #[serde(default = "yes")]
+    pub enabled: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(schemars::JsonSchema, Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum HostNameMode {
+    /// The pod IP (Spring's `prefer-ip-address`).
+    #[default]
+    PodIP,
+    /// The pod name.
+    PodName,
+    /// The pod's DNS name: `hostname.subdomain.ns.svc.<domain>` when set, else `a-b-c-d.ns.pod.<domain>`.
+    PodFQDN,
+    /// The node IP (for hostNetwork pods).
+    NodeIP,
+}
+
+#[derive(schemars::JsonSchema, Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum IpFamily {
+    #[default]
+    IPv4,
+    IPv6,
+}
+
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Urls {
+    /// Path of `homePageUrl` (default `/`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub home_page: Option<String>,
+    /// Path of `statusPageUrl` (default `/actuator/info`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_page: Option<String>,
+    /// Path of `healthCheckUrl` (default `/actuator/health`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check: Option<String>,
+}
+
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct MetadataSpec {
+    /// Fixed entries.
+    #[serde(default, rename = "static", skip_serializing_if = "BTreeMap::is_empty")]
+    pub static_: BTreeMap<String, String>,
+    /// Pod labels copied into metadata (an allow-list of keys).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub from_labels: Vec<String>,
+    /// Pod annotations copied into metadata (an allow-list of keys).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub from_annotations: Vec<String>,
+    /// Pod fields added as `k8s.<field>` entries.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pod_fields: Vec<PodField>,
+}
+
+#[derive(schemars::JsonSchema, Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum PodField {
+    Namespace,
+    PodName,
+    PodUID,
+    PodIP,
+    NodeName,
+    ServiceAccount,
+    Workload,
+}
+
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ZoneSpec {
+    /// Take `zone` from the node's `topology.kubernetes.io/zone` label (default true).
+    #[serde(default = "yes")]
+    pub from_node: bool,
+    /// A fixed zone, used when the node has none (or `fromNode` is false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+}
+
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.durationSeconds > self.renewalIntervalSeconds").message("durationSeconds must be longer than renewalIntervalSeconds"))]
+pub struct LeaseSpec {
+    #[serde(default = "default_renewal")]
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 3600").message("renewalIntervalSeconds must be between 1 and 3600"))]
+    pub renewal_interval_seconds: i32,
+    #[serde(default = "default_duration")]
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 86400").message("durationSeconds must be between 1 and 86400"))]
+    pub duration_seconds: i32,
+}
+
+fn default_renewal() -> i32 {
+    30
+}
+
+fn default_duration() -> i32 {
+    90
+}
+
+#[derive(schemars::JsonSchema, Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum NotReadyMapping {
+    #[default]
+    #[serde(rename = "STARTING")]
+    Starting,
+    #[serde(rename = "DOWN")]
+    Down,
+    #[serde(rename = "OUT_OF_SERVICE")]
+    OutOfService,
+    /// Not registered while not ready.
+    Deregister,
+}
+
+#[derive(schemars::JsonSchema, Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum TerminatingMapping {
+    #[default]
+    #[serde(rename = "OUT_OF_SERVICE")]
+    OutOfService,
+    #[serde(rename = "DOWN")]
+    Down,
+    /// Deregistered at once, without a drain.
+    Deregister,
+}
+
+#[derive(schemars::JsonSchema, Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OverrideStatus {
+    #[serde(rename = "UP")]
+    Up,
+    #[serde(rename = "DOWN")]
+    Down,
+    #[serde(rename = "OUT_OF_SERVICE")]
+    OutOfService,
+}
+
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusOverride {
+    pub status: OverrideStatus,
+    /// Why, for people reading `kubectl describe`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SelectorOverride {
+    #[x_kube(validation = Rule::new("(has(self.matchLabels) && size(self.matchLabels) > 0) || (has(self.matchExpressions) && size(self.matchExpressions) > 0)").message("selector must have matchLabels or matchExpressions"))]
+    pub selector: LabelSelector,
+    pub status: OverrideStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// What the operator observed and did.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EurekaAppStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready`, `Degraded`, `Conflict`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// The Eureka application name in use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_name: Option<String>,
+    /// Pods the selector matches.
+    #[serde(default)]
+    pub selected_pods: i64,
+    /// Registered instances by Eureka status.
+    #[serde(default)]
+    pub instances: InstanceCounts,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_sync_time: Option<Time>,
+}
+
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceCounts {
+    pub registered: i64,
+    pub up: i64,
+    pub down: i64,
+    pub starting: i64,
+    pub out_of_service: i64,
+    pub unknown: i64,
+}
+
+/// The CRD as YAML, as committed under `crds/`.
+pub fn crd_yaml() -> Result<String, serde_saphyr::ser::Error> {
+    use kube::CustomResourceExt;
+    let mut out = String::from("# Generated by `cargo run --bin crdgen`; do not edit.\n");
+    out.push_str(&serde_saphyr::to_string(&EurekaApp::crd())?);
+    Ok(out)
+}

@@ -1,0 +1,505 @@
+//! Pure planning: from an `EurekaApp` and the pods of its namespace to the instances that should
+//! be registered, and the problems to report. No I/O, no clock (`now` comes in).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::{apis::meta::v1::LabelSelector, util::intstr::IntOrString};
+
+use super::{
+    crd::{
+        EurekaAppSpec, HostNameMode, IpFamily, NotReadyMapping, OverrideStatus, PodField, STATUS_OVERRIDE_ANNOTATION,
+        TerminatingMapping,
+    },
+    pods::PodInfo,
+};
+use crate::registry::{
+    PodOwner,
+    instance::{InstanceInfo, LeaseTerms, PortInfo, Status},
+};
+
+/// Metadata keys every pod instance carries, naming its owner.
+pub mod keys {
+    pub const CLUSTER: &str = "k8s.cluster";
+    pub const NAMESPACE: &str = "k8s.namespace";
+    pub const EUREKA_APP: &str = "k8s.eurekaApp";
+    pub const POD: &str = "k8s.pod";
+    pub const OWNER: &str = "k8s.owner";
+    /// The value of [`OWNER`].
+    pub const OWNER_VALUE: &str = "eureka-operator";
+}
+
+/// The default instance id: unique per pod (name and namespace) and port.
+pub const DEFAULT_INSTANCE_ID: &str = "{pod.name}.{pod.namespace}:{appName}:{port}";
+
+/// Facts from outside the EurekaApp.
+pub struct Context<'a> {
+    pub cluster_id: &'a str,
+    pub cluster_domain: &'a str,
+    /// `topology.kubernetes.io/zone` by node name.
+    pub node_zones: &'a BTreeMap<String, String>,
+    pub now: i64,
+}
+
+/// The EurekaApp being planned.
+pub struct Target<'a> {
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub spec: &'a EurekaAppSpec,
+}
+
+/// An instance that should be registered.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Desired {
+    pub owner: PodOwner,
+    pub info: InstanceInfo,
+    /// The override the EurekaApp (or the pod's annotation) asks for; `UNKNOWN` for none.
+    pub override_status: Status,
+}
+
+/// Something wrong with one pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Problem {
+    /// The named port is not declared by any container of the pod.
+    PortNotFound { pod: String, port: String },
+    /// The pod has no address of the chosen family.
+    NoAddress { pod: String, family: &'static str },
+    /// The pod's status-override annotation is not a status.
+    BadOverrideAnnotation { pod: String, value: String },
+}
+
+impl Problem {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Problem::PortNotFound { .. } => "PortNotFound",
+            Problem::NoAddress { .. } => "NoAddress",
+            Problem::BadOverrideAnnotation { .. } => "BadOverrideAnnotation",
+        }
+    }
+
+    pub fn message(&self) -> String {
+        match self {
+            Problem::PortNotFound { pod, port } => format!("pod {pod} declares no container port named {port:?}"),
+            Problem::NoAddress { pod, family } => format!("pod {pod} has no {family} address"),
+            Problem::BadOverrideAnnotation { pod, value } => {
+                format!("pod {pod} has {STATUS_OVERRIDE_ANNOTATION}={value:?}, which is not a Eureka status")
+            }
+        }
+    }
+}
+
+/// The plan for one EurekaApp.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Plan {
+    /// The Eureka application name (upper case).
+    pub app_name: String,
+    pub desired: Vec<Desired>,
+    /// Pods the selector matches (finished pods excluded).
+    pub selected: usize,
+    pub problems: Vec<Problem>,
+    /// When a draining instance must go: reconcile again then.
+    pub wake_at: Option<i64>,
+    /// A spec error that admission could not catch.
+    pub invalid: Option<String>,
+}
+
+/// Whether `labels` match `selector` (`matchLabels` and `matchExpressions` ANDed).
+pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> Result<bool, String> {
+    for (k, v) in selector.match_labels.iter().flatten() {
+        if labels.get(k) != Some(v) {
+            return Ok(false);
+        }
+    }
+    for expr in selector.match_expressions.iter().flatten() {
+        let value = labels.get(&expr.key);
+        let values = expr.values.as_deref().unwrap_or(&[]);
+        let ok = match expr.operator.as_str() {
+            "In" => value.is_some_and(|v| values.contains(v)),
+            "NotIn" => !value.is_some_and(|v| values.contains(v)),
+            "Exists" => value.is_some(),
+            "DoesNotExist" => value.is_none(),
+            other => {
+                return Err(format!(
+                    "unknown selector operator {other:?} (use In, NotIn, Exists, DoesNotExist)"
+                ));
+            }
+        };
+        if !ok {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Checks what the schema cannot: known operators, and values where they belong.
+pub fn validate_selector(selector: &LabelSelector) -> Result<(), String> {
+    for e in selector.match_expressions.iter().flatten() {
+        let values = e.values.as_ref().map_or(0, Vec::len);
+        match e.operator.as_str() {
+            "In" | "NotIn" if values == 0 => return Err(format!("{} {} needs values", e.key, e.operator)),
+            "Exists" | "DoesNotExist" if values > 0 => {
+                return Err(format!("{} {} takes no values", e.key, e.operator));
+            }
+            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+            other => {
+                return Err(format!(
+                    "unknown selector operator {other:?} (use In, NotIn, Exists, DoesNotExist)"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A selector that is empty would select every pod; admission refuses it, this guards the rest.
+fn selector_is_empty(selector: &LabelSelector) -> bool {
+    selector.match_labels.as_ref().is_none_or(|m| m.is_empty())
+        && selector.match_expressions.as_ref().is_none_or(|e| e.is_empty())
+}
+
+/// The Eureka application name of an EurekaApp.
+pub fn app_name(target: &Target<'_>) -> String {
+    target
+        .spec
+        .app_name
+        .clone()
+        .unwrap_or_else(|| target.name.to_string())
+        .to_ascii_uppercase()
+}
+
+fn override_status(s: OverrideStatus) -> Status {
+    match s {
+        OverrideStatus::Up => Status::Up,
+        OverrideStatus::Down => Status::Down,
+        OverrideStatus::OutOfService => Status::OutOfService,
+    }
+}
+
+/// Resolves a port reference on a pod: a number as is, a name through its container ports.
+fn resolve_port(port: &IntOrString, pod: &PodInfo) -> Result<i32, Problem> {
+    match port {
+        IntOrString::Int(n) => Ok(*n),
+        IntOrString::String(name) => pod
+            .ports
+            .iter()
+            .find(|p| p.name.as_deref() == Some(name.as_str()))
+            .map(|p| p.port)
+            .or_else(|| name.parse().ok())
+            .ok_or_else(|| Problem::PortNotFound {
+                pod: pod.name.clone(),
+                port: name.clone(),
+            }),
+    }
+}
+
+/// A metadata key that is safe as an XML element name (XStream writes keys as elements).
+pub fn metadata_key(key: &str) -> String {
+    let mut out: String = key
+        .chars()
+        .map(|c| match c {
+            '/' => '.',
+            c if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') => c,
+            _ => '_',
+        })
+        .collect();
+    if !out.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
+        out.insert(0, '_');
+    }
+    out
+}
+
+fn expand(template: &str, vars: &[(&str, &str)]) -> String {
+    let mut out = template.to_string();
+    for (k, v) in vars {
+        out = out.replace(&format!("{{{k}}}"), v);
+    }
+    out
+}
+
+/// The status a pod's state maps to, or `None` when it should not be registered.
+fn pod_state(spec: &EurekaAppSpec, pod: &PodInfo, now: i64) -> (Option<Status>, Option<i64>) {
+    if let Some(since) = pod.deleting_since {
+        if spec.terminating == TerminatingMapping::Deregister {
+            return (None, None);
+        }
+        let until = since + spec.drain_seconds * 1000;
+        if now >= until {
+            return (None, None);
+        }
+        let status = match spec.terminating {
+            TerminatingMapping::Down => Status::Down,
+            _ => Status::OutOfService,
+        };
+        return (Some(status), Some(until));
+    }
+    if pod.ready {
+        return (Some(Status::Up), None);
+    }
+    let status = match spec.not_ready {
+        NotReadyMapping::Starting => Status::Starting,
+        NotReadyMapping::Down => Status::Down,
+        NotReadyMapping::OutOfService => Status::OutOfService,
+        NotReadyMapping::Deregister => return (None, None),
+    };
+    (Some(status), None)
+}
+
+/// Plans one EurekaApp over the pods of its namespace.
+pub fn plan<'p>(target: &Target<'_>, pods: impl IntoIterator<Item = &'p PodInfo>, ctx: &Context<'_>) -> Plan {
+    let spec = target.spec;
+    let app = app_name(target);
+    let mut plan = Plan {
+        app_name: app.clone(),
+        ..Plan::default()
+    };
+    if selector_is_empty(&spec.selector) {
+        plan.invalid = Some("the selector is empty and would select every pod".into());
+        return plan;
+    }
+    let selectors = std::iter::once(&spec.selector).chain(spec.status_overrides.iter().map(|o| &o.selector));
+    for selector in selectors {
+        if let Err(e) = validate_selector(selector) {
+            plan.invalid = Some(format!("invalid selector: {e}"));
+            return plan;
+        }
+    }
+    let mut selected: Vec<&PodInfo> = Vec::new();
+    for pod in pods {
+        match selector_matches(&spec.selector, &pod.labels) {
+            Ok(true) if !pod.finished() => selected.push(pod),
+            Ok(_) => {}
+            Err(e) => {
+                plan.invalid = Some(format!("invalid selector: {e}"));
+                return plan;
+            }
+        }
+    }
+    selected.sort_by(|a, b| a.name.cmp(&b.name));
+    plan.selected = selected.len();
+
+    let lease = spec.lease.map(|l| LeaseTerms {
+        renewal_interval_secs: l.renewal_interval_seconds,
+        duration_secs: l.duration_seconds,
+    });
+    let app_lower = app.to_ascii_lowercase();
+    let vip = spec.vip_address.clone().unwrap_or_else(|| app_lower.clone());
+    let secure_vip = spec.secure_vip_address.clone().unwrap_or_else(|| vip.clone());
+    let template = spec.instance_id.as_deref().unwrap_or(DEFAULT_INSTANCE_ID);
+    let urls = spec.urls.clone().unwrap_or_default();
+
+    for pod in selected {
+        let (status, drain_until) = pod_state(spec, pod, ctx.now);
+        if let Some(until) = drain_until {
+            plan.wake_at = Some(plan.wake_at.map_or(until, |w| w.min(until)));
+        }
+        let Some(status) = status else { continue };
+
+        let (family, want_v6) = match spec.ip_family {
+            IpFamily::IPv4 => ("IPv4", false),
+            IpFamily::IPv6 => ("IPv6", true),
+        };
+        let Some(ip) = pod.ips.iter().find(|ip| ip.contains(':') == want_v6).cloned() else {
+            if !pod.ips.is_empty() {
+                plan.problems.push(Problem::NoAddress {
+                    pod: pod.name.clone(),
+                    family,
+                });
+            }
+            // No address yet: a pod being scheduled; it registers once it has one.
+            continue;
+        };
+
+        let port = match &spec.port {
+            Some(p) => match resolve_port(p, pod) {
+                Ok(port) => port,
+                Err(problem) => {
+                    plan.problems.push(problem);
+                    continue;
+                }
+            },
+            None => pod
+                .ports
+                .iter()
+                .find(|p| p.protocol == "TCP")
+                .map(|p| p.port)
+                .unwrap_or(8080),
+        };
+        let secure = match &spec.secure_port {
+            Some(s) => match resolve_port(&s.port, pod) {
+                Ok(port) => Some((port, s.enabled)),
+                Err(problem) => {
+                    plan.problems.push(problem);
+                    continue;
+                }
+            },
+            None => None,
+        };
+        let management = match &spec.management_port {
+            Some(p) => match resolve_port(p, pod) {
+                Ok(port) => Some(port),
+                Err(problem) => {
+                    plan.problems.push(problem);
+                    continue;
+                }
+            },
+            None => None,
+        };
+
+        let host = match spec.host_name {
+            HostNameMode::PodIP => ip.clone(),
+            HostNameMode::PodName => pod.name.clone(),
+            HostNameMode::PodFQDN => match (&pod.hostname, &pod.subdomain) {
+                (Some(h), Some(s)) => format!("{h}.{s}.{}.svc.{}", pod.namespace, ctx.cluster_domain),
+                _ => format!(
+                    "{}.{}.pod.{}",
+                    ip.replace(['.', ':'], "-"),
+                    pod.namespace,
+                    ctx.cluster_domain
+                ),
+            },
+            HostNameMode::NodeIP => pod.host_ip.clone().unwrap_or_else(|| ip.clone()),
+        };
+        let url_host = if host.contains(':') {
+            format!("[{host}]")
+        } else {
+            host.clone()
+        };
+        let port_s = port.to_string();
+        let id = expand(
+            template,
+            &[
+                ("pod.name", &pod.name),
+                ("pod.namespace", &pod.namespace),
+                ("pod.uid", &pod.uid),
+                ("pod.ip", &ip),
+                ("node", pod.node_name.as_deref().unwrap_or("")),
+                ("appName", &app_lower),
+                ("port", &port_s),
+                ("cluster", ctx.cluster_id),
+            ],
+        );
+
+        let mut info = InstanceInfo::new(&app, &host, &ip, ctx.now);
+        info.instance_id = Some(id);
+        info.status = status;
+        info.port = PortInfo { port, enabled: true };
+        if let Some((sp, enabled)) = secure {
+            info.secure_port = PortInfo { port: sp, enabled };
+        } else {
+            info.secure_port = PortInfo {
+                port: 443,
+                enabled: false,
+            };
+        }
+        if let Some(l) = lease {
+            info.lease = l;
+        }
+        info.vip_address = Some(vip.clone());
+        info.secure_vip_address = Some(secure_vip.clone());
+        let mgmt_port = management.unwrap_or(port);
+        let path = |p: &Option<String>, default: &str| p.clone().unwrap_or_else(|| default.to_string());
+        info.home_page_url = Some(format!("http://{url_host}:{port}{}", path(&urls.home_page, "/")));
+        info.status_page_url = Some(format!(
+            "http://{url_host}:{mgmt_port}{}",
+            path(&urls.status_page, "/actuator/info")
+        ));
+        info.health_check_url = Some(format!(
+            "http://{url_host}:{mgmt_port}{}",
+            path(&urls.health_check, "/actuator/health")
+        ));
+        if let Some((sp, true)) = secure {
+            info.secure_health_check_url = Some(format!(
+                "https://{url_host}:{sp}{}",
+                path(&urls.health_check, "/actuator/health")
+            ));
+        }
+
+        // Metadata: static, allow-listed labels and annotations, pod fields, zone, management
+        // port, and the ownership keys last (nothing can overwrite them).
+        let md = &mut info.metadata;
+        if let Some(m) = &spec.metadata {
+            for (k, v) in &m.static_ {
+                md.insert(metadata_key(k), v.clone());
+            }
+            for k in &m.from_labels {
+                if let Some(v) = pod.labels.get(k) {
+                    md.insert(metadata_key(k), v.clone());
+                }
+            }
+            for k in &m.from_annotations {
+                if let Some(v) = pod.annotations.get(k) {
+                    md.insert(metadata_key(k), v.clone());
+                }
+            }
+            for f in &m.pod_fields {
+                let (key, value) = match f {
+                    PodField::Namespace => ("k8s.namespace", Some(pod.namespace.clone())),
+                    PodField::PodName => ("k8s.podName", Some(pod.name.clone())),
+                    PodField::PodUID => ("k8s.podUid", Some(pod.uid.clone())),
+                    PodField::PodIP => ("k8s.podIp", Some(ip.clone())),
+                    PodField::NodeName => ("k8s.node", pod.node_name.clone()),
+                    PodField::ServiceAccount => ("k8s.serviceAccount", pod.service_account.clone()),
+                    PodField::Workload => ("k8s.workload", pod.workload.clone()),
+                };
+                if let Some(v) = value {
+                    md.insert(key, v);
+                }
+            }
+        }
+        let zone_spec = spec.zone.clone().unwrap_or(super::crd::ZoneSpec {
+            from_node: true,
+            value: None,
+        });
+        let node_zone = if zone_spec.from_node {
+            pod.node_name.as_ref().and_then(|n| ctx.node_zones.get(n))
+        } else {
+            None
+        };
+        if let Some(zone) = node_zone.cloned().or(zone_spec.value) {
+            md.insert("zone", zone);
+        }
+        if let Some(m) = management {
+            md.insert("management.port", m.to_string());
+        }
+        md.insert(keys::OWNER, keys::OWNER_VALUE);
+        md.insert(keys::CLUSTER, ctx.cluster_id);
+        md.insert(keys::NAMESPACE, pod.namespace.clone());
+        md.insert(keys::EUREKA_APP, target.name);
+        md.insert(keys::POD, pod.name.clone());
+
+        // Overrides: the pod's REST-set annotation, then the first matching selector, then the app's.
+        let annotated = pod
+            .annotations
+            .get(STATUS_OVERRIDE_ANNOTATION)
+            .and_then(|v| match Status::parse_exact(v) {
+                Some(s) => Some(s),
+                None => {
+                    plan.problems.push(Problem::BadOverrideAnnotation {
+                        pod: pod.name.clone(),
+                        value: v.clone(),
+                    });
+                    None
+                }
+            });
+        let by_selector = spec
+            .status_overrides
+            .iter()
+            .find(|o| selector_matches(&o.selector, &pod.labels).unwrap_or(false))
+            .map(|o| override_status(o.status));
+        let app_wide = spec.status_override.as_ref().map(|o| override_status(o.status));
+        let override_status = annotated.or(by_selector).or(app_wide).unwrap_or(Status::Unknown);
+
+        plan.desired.push(Desired {
+            owner: PodOwner {
+                namespace: pod.namespace.clone(),
+                eureka_app: target.name.to_string(),
+                pod: pod.name.clone(),
+            },
+            info,
+            override_status,
+        });
+    }
+    plan
+}
+
+#[cfg(test)]
+mod tests;

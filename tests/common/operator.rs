@@ -1,0 +1,350 @@
+//! The operator against the real apiserver: the CRD from `crds/` and the RBAC rendered from the
+//! Helm chart are applied once per test binary; each test runs its own operator process, as the
+//! chart's ServiceAccount (impersonation), watching its own namespace with its own Lease.
+
+use std::{
+    collections::BTreeMap,
+    io::Write,
+    net::Ipv4Addr,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    sync::OnceLock,
+    time::Duration,
+};
+
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::{
+    Api,
+    api::{DeleteParams, Patch, PatchParams, PostParams},
+};
+use serde_json::{Value, json};
+
+use super::{
+    cluster::Cluster,
+    eureka::{Server, http},
+    process::{scratch_dir, wait_for},
+};
+
+/// Where the chart installs the operator in these tests.
+pub const OPERATOR_NAMESPACE: &str = "eureka-system";
+/// The chart's ServiceAccount for release `eo`.
+pub const SERVICE_ACCOUNT: &str = "system:serviceaccount:eureka-system:eo-eureka-operator";
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Pipes `input` into a command; panics with its output on failure.
+pub fn pipe(mut cmd: Command, input: &str) -> String {
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("failed to run a command");
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `helm template` of the chart with `args`.
+pub fn helm_template(cluster: &Cluster, args: &[&str]) -> String {
+    let out = Command::new(cluster.assets.join("helm"))
+        .args(["template", "eo"])
+        .arg(root().join("charts/eureka-operator"))
+        .args(["-n", OPERATOR_NAMESPACE, "--kube-version", "1.36.3"])
+        .args(args)
+        .output()
+        .expect("failed to run helm");
+    assert!(
+        out.status.success(),
+        "helm template failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The shared cluster with the CRD and the chart's RBAC applied.
+pub fn prepared() -> Option<&'static Cluster> {
+    static READY: OnceLock<bool> = OnceLock::new();
+    let cluster = Cluster::shared()?;
+    READY.get_or_init(|| {
+        cluster.kubectl_ok(&["create", "namespace", OPERATOR_NAMESPACE]);
+        let crds = root().join("crds");
+        cluster.kubectl_ok(&["apply", "-f", crds.to_str().unwrap()]);
+        let rbac = helm_template(
+            cluster,
+            &[
+                "--show-only",
+                "templates/serviceaccount.yaml",
+                "--show-only",
+                "templates/rbac.yaml",
+            ],
+        );
+        let mut apply = cluster.kubectl();
+        apply.args(["apply", "-f", "-"]);
+        pipe(apply, &rbac);
+        cluster.kubectl_ok(&[
+            "wait",
+            "--for=condition=established",
+            "--timeout=60s",
+            "crd/eurekaapps.eureka-operator.dev",
+        ]);
+        true
+    });
+    Some(cluster)
+}
+
+/// One operator process.
+pub struct Operator {
+    pub server: Server,
+    _dir: tempfile::TempDir,
+    pub kubeconfig: PathBuf,
+}
+
+impl Operator {
+    /// Starts the operator as the chart's ServiceAccount, watching `namespace`, leading through the
+    /// Lease `lease` (3 s), with `extra` flags.
+    pub async fn start(cluster: &Cluster, ip: Ipv4Addr, namespace: &str, lease: &str, extra: &[&str]) -> Operator {
+        let dir = scratch_dir("operator");
+        let kubeconfig = dir.path().join("kubeconfig");
+        cluster.kubeconfig_as(SERVICE_ACCOUNT, &kubeconfig);
+        let server = Operator::launch(ip, &kubeconfig, namespace, lease, extra, None).await;
+        Operator {
+            server,
+            _dir: dir,
+            kubeconfig,
+        }
+    }
+
+    async fn launch(
+        ip: Ipv4Addr,
+        kubeconfig: &Path,
+        namespace: &str,
+        lease: &str,
+        extra: &[&str],
+        ports: Option<(u16, u16)>,
+    ) -> Server {
+        let mut args = vec![
+            "--kubernetes",
+            "on",
+            "--operator-namespace",
+            OPERATOR_NAMESPACE,
+            "--lease-name",
+            lease,
+            "--lease-duration-seconds",
+            "3",
+            "--watch-namespaces",
+            namespace,
+            "--cluster-id",
+            "test",
+            "--replica-id",
+            lease,
+        ];
+        args.extend_from_slice(extra);
+        let env = [("KUBECONFIG", kubeconfig.to_str().unwrap())];
+        match ports {
+            Some((p, a)) => Server::start_on(ip, p, a, &args, &env).await,
+            None => Server::start_with_env(ip, &args, &env).await,
+        }
+    }
+
+    /// Stops the process and starts a new one on the same ports.
+    pub async fn restart(&mut self, namespace: &str, lease: &str, extra: &[&str]) {
+        self.server.proc.terminate(Duration::from_secs(10));
+        let (ip, port, admin) = (self.server.ip, self.server.port, self.server.admin_port);
+        self.server = Operator::launch(ip, &self.kubeconfig, namespace, lease, extra, Some((port, admin))).await;
+    }
+}
+
+// === Kubernetes objects ===
+
+pub async fn namespace(client: &kube::Client, name: &str) {
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+}
+
+/// A pod on `node` (so deleting it is graceful), with container ports.
+pub async fn pod(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    labels: &[(&str, &str)],
+    ports: &[(&str, i32)],
+    node: &str,
+) {
+    let labels: BTreeMap<&str, &str> = labels.iter().copied().collect();
+    let ports: Vec<Value> = ports
+        .iter()
+        .map(|(n, p)| {
+            if n.is_empty() {
+                json!({"containerPort": p})
+            } else {
+                json!({"name": n, "containerPort": p})
+            }
+        })
+        .collect();
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"nodeName": node, "containers": [{"name": "app", "image": "example/app:1", "ports": ports}]}
+    }))
+    .unwrap();
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+}
+
+/// Writes the pod's status as a kubelet would: running with `ip`, Ready or not.
+pub async fn set_ready(client: &kube::Client, ns: &str, name: &str, ip: &str, ready: bool) {
+    let status = json!({"status": {
+        "phase": "Running",
+        "hostIP": "192.168.7.1",
+        "podIP": ip,
+        "podIPs": [{"ip": ip}],
+        "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]
+    }});
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+}
+
+pub async fn label(client: &kube::Client, ns: &str, name: &str, key: &str, value: Option<&str>) {
+    let patch = json!({"metadata": {"labels": {key: value}}});
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+/// Deletes gracefully: the pod keeps running (there is no kubelet) with a deletionTimestamp.
+pub async fn delete_pod(client: &kube::Client, ns: &str, name: &str) {
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .delete(name, &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
+/// `kubectl apply -f -` of a manifest; the result (stdout+stderr) and whether it succeeded.
+pub fn kubectl_apply(cluster: &Cluster, manifest: &str) -> (bool, String) {
+    let mut cmd = cluster.kubectl();
+    cmd.args(["apply", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    child.stdin.take().unwrap().write_all(manifest.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// Applies an EurekaApp with the given spec (YAML, indented by four spaces under `spec:`).
+pub fn eureka_app(cluster: &Cluster, ns: &str, name: &str, spec: &str) {
+    let manifest = format!(
+        "apiVersion: eureka-operator.dev/v1alpha1\nkind: EurekaApp\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n{spec}"
+    );
+    let (ok, out) = kubectl_apply(cluster, &manifest);
+    assert!(ok, "applying EurekaApp {ns}/{name} failed: {out}");
+}
+
+// === the registry as clients see it ===
+
+/// `(instanceId, status)` of `app` in the operator's registry.
+pub async fn instances(server: &Server, app: &str) -> Vec<(String, String)> {
+    let r = http()
+        .get(format!("{}apps/{app}", server.url()))
+        .header("Accept", "application/json")
+        .send()
+        .await;
+    let Ok(r) = r else { return vec![] };
+    if !r.status().is_success() {
+        return vec![];
+    }
+    let v: Value = r.json().await.unwrap_or_default();
+    let mut out: Vec<(String, String)> = v["application"]["instance"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|i| {
+                    (
+                        i["instanceId"].as_str().unwrap_or("").into(),
+                        i["status"].as_str().unwrap_or("").into(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
+/// One instance document, if registered.
+pub async fn instance(server: &Server, app: &str, id: &str) -> Option<Value> {
+    let r = http()
+        .get(format!("{}apps/{app}/{id}", server.url()))
+        .header("Accept", "application/json")
+        .send()
+        .await
+        .ok()?;
+    if !r.status().is_success() {
+        return None;
+    }
+    Some(r.json::<Value>().await.ok()?["instance"].clone())
+}
+
+/// Waits until `app`'s instances are exactly `expected` (`(id, status)`, any order).
+pub async fn wait_instances(server: &Server, app: &str, expected: &[(&str, &str)]) {
+    let mut want: Vec<(String, String)> = expected.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+    want.sort();
+    let mut last = Vec::new();
+    let result = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            last = instances(server, app).await;
+            if last == want {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    })
+    .await;
+    assert!(
+        result.is_ok(),
+        "{app}: expected {want:?}, have {last:?}\n{}",
+        server.proc.log_tail(30)
+    );
+}
+
+/// The EurekaApp's status as `kubectl` shows it.
+pub async fn app_status(cluster: &Cluster, ns: &str, name: &str) -> Value {
+    let out = cluster.kubectl_ok(&["get", "ea", name, "-n", ns, "-o", "json"]);
+    serde_json::from_str::<Value>(&out).unwrap()["status"].clone()
+}
+
+/// Waits until a condition of the EurekaApp has `status`, returning the whole status.
+pub async fn wait_condition(cluster: &Cluster, ns: &str, name: &str, type_: &str, status: &str) -> Value {
+    let mut last = Value::Null;
+    for _ in 0..300 {
+        last = app_status(cluster, ns, name).await;
+        let found = last["conditions"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["type"] == type_ && c["status"] == status));
+        if found {
+            return last;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{ns}/{name}: condition {type_} never became {status}; status: {last}");
+}
