@@ -21,7 +21,14 @@ use axum::{
 };
 use tokio::sync::watch;
 
-use crate::{metrics::Metrics, state::AppState};
+use crate::{
+    metrics::Metrics,
+    registry::{
+        instance::InstanceInfo,
+        view::{InstanceView, LeaseView, OriginKind},
+    },
+    state::AppState,
+};
 use negotiate::ApiError;
 
 /// What the handlers share.
@@ -37,12 +44,46 @@ pub struct Api {
     pub peers: watch::Receiver<Vec<String>>,
     /// Whether this replica holds the leader Lease (`None` without Kubernetes).
     pub leadership: Option<watch::Receiver<bool>>,
+    /// How this server describes itself (the status document's `instanceInfo`).
+    pub identity: Arc<InstanceInfo>,
 }
 
 impl Api {
     pub fn peer_urls(&self) -> Vec<String> {
         self.peers.borrow().clone()
     }
+
+    /// This server as an instance, with a lease that started when it did.
+    pub fn self_instance(&self) -> InstanceView {
+        InstanceView {
+            info: self.identity.clone(),
+            lease: LeaseView {
+                renewal_interval_secs: 30,
+                duration_secs: 90,
+                registration_ts: self.started_at,
+                last_renewal_ts: self.started_at,
+                eviction_ts: 0,
+                service_up_ts: self.started_at,
+            },
+            origin: OriginKind::Native,
+        }
+    }
+}
+
+/// How a server on `host:port` named `replica` describes itself.
+pub fn identity(replica: &str, host: &str, port: u16, now: i64) -> InstanceInfo {
+    let mut i = InstanceInfo::new("EUREKA-OPERATOR", host, host, now);
+    i.instance_id = Some(replica.to_string());
+    i.port = crate::registry::instance::PortInfo {
+        port: i32::from(port),
+        enabled: true,
+    };
+    i.vip_address = Some("eureka-operator".into());
+    i.secure_vip_address = Some("eureka-operator".into());
+    i.home_page_url = Some(format!("http://{host}:{port}/"));
+    i.status_page_url = Some(format!("http://{host}:{port}/eureka/status"));
+    i.action_type = Some(crate::registry::instance::ActionType::Added);
+    i
 }
 
 /// The Eureka listener: dashboard at `/`, the API under `/eureka/` and `/eureka/v2/`.

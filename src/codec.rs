@@ -63,16 +63,25 @@ pub fn encode_instance(instance: &InstanceView, format: Format) -> Vec<u8> {
     }
 }
 
-/// A decoded registration and whether it carried a `dataCenterInfo`.
+/// Whether a registration carried a `dataCenterInfo`, and one with a `name`. Their absence is a
+/// validation error, reported after the other checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DataCenter {
+    Missing,
+    Unnamed,
+    Named,
+}
+
+/// A decoded registration.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Registration {
     pub info: InstanceInfo,
-    pub has_data_center: bool,
+    pub data_center: DataCenter,
 }
 
 /// Decodes a `POST apps/{app}` body. `now` fills the timestamps a registrant left out.
 pub fn decode_registration(body: &[u8], format: Format, now: i64) -> Result<Registration, DecodeError> {
-    let (mut info, has_data_center) = match format {
+    let (mut info, data_center) = match format {
         Format::Json => json::instance_document_from_slice(body, now)?,
         Format::Xml => {
             let text = std::str::from_utf8(body).map_err(|_| DecodeError::new("the body is not UTF-8"))?;
@@ -80,7 +89,7 @@ pub fn decode_registration(body: &[u8], format: Format, now: i64) -> Result<Regi
         }
     };
     spring_instance_id(&mut info);
-    Ok(Registration { info, has_data_center })
+    Ok(Registration { info, data_center })
 }
 
 /// Spring Cloud's server codec: a registrant without `instanceId` but with `metadata.instanceId`
@@ -118,8 +127,10 @@ pub fn validate_registration(reg: &Registration, path_app: &str) -> Result<(), S
     if info.app != path_app {
         return Err(format!("Mismatched appName, expecting {path_app} but was {}", info.app));
     }
-    if !reg.has_data_center {
-        return Err("Missing dataCenterInfo".into());
+    match reg.data_center {
+        DataCenter::Missing => return Err("Missing dataCenterInfo".into()),
+        DataCenter::Unnamed => return Err("Missing dataCenterInfo Name".into()),
+        DataCenter::Named => {}
     }
     Ok(())
 }

@@ -1109,6 +1109,11 @@ impl Registry {
             .collect()
     }
 
+    /// Whether a lease exists for `app`/`id` (expired or not).
+    pub fn contains(&self, app: &str, id: &str) -> bool {
+        self.apps.get(app).is_some_and(|a| a.contains_key(id))
+    }
+
     /// The pod instances of one EurekaApp.
     pub fn pod_instances_of(&self, namespace: &str, eureka_app: &str) -> Vec<(PodOwner, InstanceView)> {
         self.apps

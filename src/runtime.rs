@@ -81,6 +81,22 @@ pub fn replica_identity(flag: Option<&str>) -> String {
         .unwrap_or_else(|| format!("eureka-operator-{}", std::process::id()))
 }
 
+/// The host this server is reached at: its bind address, or the host name for a wildcard.
+fn advertised_host(bind: std::net::SocketAddr) -> String {
+    if bind.ip().is_unspecified() {
+        std::env::var("POD_IP")
+            .ok()
+            .or_else(|| {
+                std::fs::read_to_string("/etc/hostname")
+                    .ok()
+                    .map(|h| h.trim().to_string())
+            })
+            .unwrap_or_else(|| "localhost".into())
+    } else {
+        bind.ip().to_string()
+    }
+}
+
 /// Runs the operator until it is asked to stop.
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let Args {
@@ -184,6 +200,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         environment: kubernetes.cluster_id.clone(),
         peers: peers_rx,
         leadership,
+        identity: Arc::new(api::identity(
+            &identity,
+            &advertised_host(bind),
+            bind.port(),
+            started_at,
+        )),
     };
     let eureka = TcpListener::bind(bind)
         .await

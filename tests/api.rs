@@ -36,6 +36,7 @@ fn app_with(disable_delta: bool, credentials: Option<Credentials>) -> (Router, A
         environment: "test".into(),
         peers,
         leadership: None,
+        identity: Arc::new(api::identity("test-1", "127.0.0.1", 8761, clock.now_ms())),
     };
     (api::router(api, credentials), state)
 }
@@ -527,8 +528,9 @@ async fn bad_input_is_refused_and_changes_nothing() {
             "`value`",
         ),
         (
-            "bad overriddenstatus",
+            "bad overriddenstatus from a peer",
             req("PUT", "/eureka/apps/ORDERS/o-1?overriddenstatus=NOPE")
+                .header("x-netflix-discovery-replication", "true")
                 .body(Body::empty())
                 .unwrap(),
             StatusCode::BAD_REQUEST,
@@ -635,8 +637,7 @@ async fn peer_batch_dispatches_each_action() {
         {"appName": "ORDERS", "id": "o-1", "lastDirtyTimestamp": 1000, "status": "sideways", "action": "StatusUpdate"},
         {"appName": "ORDERS", "id": "o-1", "lastDirtyTimestamp": 1000, "status": "UP", "action": "DeleteStatusOverride"},
         {"appName": "BILLING", "id": "b-1", "action": "Cancel"},
-        {"appName": "BILLING", "id": "b-1", "action": "Cancel"},
-        {"action": "Teleport"}
+        {"appName": "BILLING", "id": "b-1", "action": "Cancel"}
     ]});
     let r = call(
         &app,
@@ -655,7 +656,7 @@ async fn peer_batch_dispatches_each_action() {
         .iter()
         .map(|i| i["statusCode"].as_u64().unwrap())
         .collect();
-    assert_eq!(codes, vec![200, 200, 409, 404, 200, 500, 200, 200, 404, 500]);
+    assert_eq!(codes, vec![200, 200, 409, 404, 200, 500, 200, 200, 404]);
     assert_eq!(
         v["responseList"][2]["responseEntity"]["instanceId"], "o-1",
         "409 carries our copy"
@@ -669,6 +670,17 @@ async fn peer_batch_dispatches_each_action() {
     )
     .await;
     assert_eq!(r.json()["instance"]["status"], "UP");
+    // One malformed item fails the whole batch, as Java's Jackson reader does.
+    let r = call(
+        &app,
+        req("POST", "/eureka/peerreplication/batch")
+            .header("content-type", "application/json")
+            .body(Body::from(r#"{"replicationList":[{"action":"Teleport"}]}"#))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(r.text().contains("unknown replication action"));
 }
 
 #[tokio::test]
@@ -738,5 +750,11 @@ async fn dashboard_and_status_render() {
             .unwrap(),
     )
     .await;
-    assert_eq!(r.json()["statusInfo"]["generalStats"]["instances"], "1");
+    assert_eq!(r.json()["instanceInfo"]["instanceId"], "test-1");
+    assert!(r.json()["generalStats"]["num-of-cpus"].is_string());
+    let r = call(&app, req("GET", "/eureka/v2/status").body(Body::empty()).unwrap()).await;
+    assert!(
+        r.text()
+            .starts_with("<com.netflix.eureka.util.StatusInfo><generalStats><num-of-cpus>")
+    );
 }

@@ -114,57 +114,85 @@ pub async fn handle(
         }
         (Route::Instance { app, id }, Method::PUT) => {
             let writer = writer(headers);
+            let source = source(&writer);
+            // Java renews first: an unknown instance is 404 whatever the parameters say.
+            let last_dirty_timestamp = match dirty_timestamp(&params) {
+                Ok(t) => t,
+                Err(_) if !state.with_registry(|r, _| r.contains(&app, &id)) => {
+                    return Ok(empty(StatusCode::NOT_FOUND));
+                }
+                Err(e) => return Err(e),
+            };
+            // `overriddenstatus` only matters for a peer's heartbeat (Java reads it nowhere else).
             let overridden_status = match route::param(&params, "overriddenstatus") {
-                Some(s) => Some(parse_status(s, "overriddenstatus")?),
-                None => None,
+                Some(s) if source.is_replication() => Some(parse_status(s, "overriddenstatus")?),
+                _ => None,
             };
             let command = Command::Renew {
                 app,
                 id,
-                source: source(&writer),
+                source,
                 overridden_status,
-                last_dirty_timestamp: dirty_timestamp(&params)?,
+                last_dirty_timestamp,
             };
-            let outcome = state.apply(command, writer);
-            reply(outcome.reply, headers)
+            reply(state.apply(command, writer).reply, headers)
         }
         (Route::Instance { app, id }, _) => {
             let writer = writer(headers);
-            let outcome = state.apply(
-                Command::Cancel {
-                    app,
-                    id,
-                    source: source(&writer),
-                },
-                writer,
-            );
-            reply(outcome.reply, headers)
-        }
-        (Route::InstanceStatus { app, id }, Method::PUT) => {
-            let writer = writer(headers);
-            let value = route::param(&params, "value")
-                .ok_or_else(|| ApiError::Invalid("the query parameter `value` (the new status) is required".into()))?;
-            let command = Command::SetStatus {
+            let command = Command::Cancel {
                 app,
                 id,
-                status: parse_status(value, "value")?,
-                last_dirty_timestamp: dirty_timestamp(&params)?,
                 source: source(&writer),
             };
             reply(state.apply(command, writer).reply, headers)
         }
-        (Route::InstanceStatus { app, id }, _) => {
+        (Route::InstanceStatus { app, id }, method) => {
             let writer = writer(headers);
-            let status = match route::param(&params, "value") {
-                Some(v) => parse_status(v, "value")?,
-                None => Status::Unknown,
+            // Java looks the instance up before it reads the parameters.
+            let Some((current, overridden)) = state.with_registry(|r, now| {
+                r.instance(&app, &id, now)
+                    .map(|v| (v.info.status, v.info.overridden_status))
+            }) else {
+                return Ok(empty(StatusCode::NOT_FOUND));
             };
-            let command = Command::DeleteStatusOverride {
-                app,
-                id,
-                status,
-                last_dirty_timestamp: dirty_timestamp(&params)?,
-                source: source(&writer),
+            let value = route::param(&params, "value");
+            let status = match (value, &method) {
+                (Some(v), _) => parse_status(v, "value")?,
+                (None, &Method::PUT) => {
+                    return Err(ApiError::Invalid(
+                        "the query parameter `value` (the new status) is required".into(),
+                    ));
+                }
+                (None, _) => Status::Unknown,
+            };
+            // Java parses lastDirtyTimestamp only when it is used: when something changes.
+            let changes = if method == Method::PUT {
+                current != status
+            } else {
+                overridden != Status::Unknown
+            };
+            let last_dirty_timestamp = match dirty_timestamp(&params) {
+                Ok(t) => t,
+                Err(_) if !changes => None,
+                Err(e) => return Err(e),
+            };
+            let source = source(&writer);
+            let command = if method == Method::PUT {
+                Command::SetStatus {
+                    app,
+                    id,
+                    status,
+                    last_dirty_timestamp,
+                    source,
+                }
+            } else {
+                Command::DeleteStatusOverride {
+                    app,
+                    id,
+                    status,
+                    last_dirty_timestamp,
+                    source,
+                }
             };
             reply(state.apply(command, writer).reply, headers)
         }
@@ -243,7 +271,10 @@ async fn register(api: &Api, app: String, headers: &HeaderMap, body: Body) -> Re
             detail: e.message,
             json: negotiate::json_request(headers),
         })?;
-    codec::validate_registration(&registration, &app).map_err(ApiError::Invalid)?;
+    codec::validate_registration(&registration, &app).map_err(|message| ApiError::Validation {
+        message,
+        format: negotiate::reply_format(headers).unwrap_or(Format::Xml),
+    })?;
     let writer = writer(headers);
     let command = Command::Register {
         info: registration.info,
@@ -252,12 +283,30 @@ async fn register(api: &Api, app: String, headers: &HeaderMap, body: Body) -> Re
     reply(api.state.apply(command, writer).reply, headers)
 }
 
-/// `GET status`: a `StatusInfo`-like summary of this server.
+/// Memory figures for the status document: (total available, in use), from /proc.
+fn memory_mb() -> (u64, u64) {
+    let kb = |text: &str, key: &str| {
+        text.lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let total = std::fs::read_to_string("/proc/meminfo")
+        .map(|t| kb(&t, "MemTotal:"))
+        .unwrap_or(0);
+    let used = std::fs::read_to_string("/proc/self/status")
+        .map(|t| kb(&t, "VmRSS:"))
+        .unwrap_or(0);
+    (total / 1024, used / 1024)
+}
+
+/// `GET status`: Java's `StatusInfo` (general stats, replica stats and this server's own instance).
 fn server_status(api: &Api, format: Format) -> Response {
-    let stats = api.state.with_registry(|r, now| r.stats(now));
-    let uptime_ms = api.state.now() - api.started_at;
-    let pairs = [
-        ("environment", api.environment.clone()),
+    let uptime_ms = (api.state.now() - api.started_at).max(0);
+    let (total, used) = memory_mb();
+    let percent = (used * 100).checked_div(total).unwrap_or(0);
+    let general = [
         (
             "num-of-cpus",
             std::thread::available_parallelism()
@@ -265,34 +314,59 @@ fn server_status(api: &Api, format: Format) -> Response {
                 .unwrap_or(1)
                 .to_string(),
         ),
+        ("total-avail-memory", format!("{total}mb")),
+        ("current-memory-usage", format!("{used}mb ({percent}%)")),
         (
             "server-uptime",
             format!("{:02}:{:02}", uptime_ms / 3_600_000, (uptime_ms / 60_000) % 60),
         ),
-        ("registered-replicas", api.peer_urls().join(",")),
-        ("instances", stats.instances.to_string()),
-        ("renews-last-min", stats.renews_last_min.to_string()),
-        ("renews-threshold", stats.renews_threshold.to_string()),
-        ("self-preservation-active", stats.self_preservation_active.to_string()),
     ];
+    let replicas = api.peer_urls();
+    let application = [
+        ("registered-replicas", replicas.join(",")),
+        ("available-replicas", String::new()),
+        (
+            "unavailable-replicas",
+            replicas.iter().map(|r| format!("{r},")).collect::<String>(),
+        ),
+    ];
+    let me = api.self_instance();
     let body = match format {
         Format::Json => {
-            let map: serde_json::Map<String, serde_json::Value> = pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), serde_json::Value::String(v.clone())))
-                .collect();
-            serde_json::json!({"statusInfo": {"generalStats": map, "healthy": true}})
-                .to_string()
-                .into_bytes()
+            let map = |pairs: &[(&str, String)]| -> serde_json::Map<String, serde_json::Value> {
+                pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), serde_json::Value::String(v.clone())))
+                    .collect()
+            };
+            let mut out = serde_json::json!({
+                "generalStats": map(&general),
+                "applicationStats": map(&application),
+                "healthy": true,
+            })
+            .to_string()
+            .into_bytes();
+            // Splice the instance in with the Eureka JSON codec.
+            out.pop();
+            out.extend_from_slice(b",\"instanceInfo\":");
+            codec::json::instance(&mut out, &me);
+            out.push(b'}');
+            out
         }
         Format::Xml => {
-            let mut out = String::from("<statusInfo><generalStats>");
-            for (k, v) in &pairs {
-                let v = v.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
-                out.push_str(&format!("<entry><string>{k}</string><string>{v}</string></entry>"));
+            let esc = |v: &str| v.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+            let mut out = b"<com.netflix.eureka.util.StatusInfo><generalStats>".to_vec();
+            for (k, v) in &general {
+                out.extend_from_slice(format!("<{k}>{}</{k}>", esc(v)).as_bytes());
             }
-            out.push_str("</generalStats><healthy>true</healthy></statusInfo>");
-            out.into_bytes()
+            out.extend_from_slice(b"</generalStats><applicationStats>");
+            for (k, v) in &application {
+                out.extend_from_slice(format!("<{k}>{}</{k}>", esc(v)).as_bytes());
+            }
+            out.extend_from_slice(b"</applicationStats>");
+            codec::xml::instance_as(&mut out, &me, "instanceInfo");
+            out.extend_from_slice(b"</com.netflix.eureka.util.StatusInfo>");
+            out
         }
     };
     negotiate::document(StatusCode::OK, body, format)

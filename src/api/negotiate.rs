@@ -18,7 +18,11 @@ pub enum ApiError {
     /// Java's decode failure: 400 with `cannot parse request body` in the request's format.
     #[error("failed to parse the request body: {detail}")]
     Unparseable { detail: String, json: bool },
-    /// A registration Java would refuse: 400 with a plain-text message.
+    /// A registration Java refuses: 400 with its plain-text message, labelled (as Java does) with
+    /// the negotiated reply type.
+    #[error("{message}")]
+    Validation { message: String, format: Format },
+    /// A request we refuse: 400 with a plain-text message.
     #[error("{0}")]
     Invalid(String),
     #[error("unsupported media type {0}")]
@@ -45,6 +49,7 @@ impl ApiError {
     pub fn category(&self) -> &'static str {
         match self {
             ApiError::Unparseable { .. } => "unparseable",
+            ApiError::Validation { .. } => "validation",
             ApiError::Invalid(_) => "invalid",
             ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
             ApiError::NotAcceptable => "not_acceptable",
@@ -93,6 +98,12 @@ impl IntoResponse for ApiError {
                 )
                     .into_response()
             }
+            ApiError::Validation { message, format } => (
+                StatusCode::BAD_REQUEST,
+                [(header::CONTENT_TYPE, format.content_type())],
+                message,
+            )
+                .into_response(),
             ApiError::Invalid(m) => text(StatusCode::BAD_REQUEST, m),
             ApiError::UnsupportedMediaType(_) => text(StatusCode::UNSUPPORTED_MEDIA_TYPE, message),
             ApiError::NotAcceptable => text(StatusCode::NOT_ACCEPTABLE, message),

@@ -53,14 +53,7 @@ fn status_code(code: u16) -> ItemResponse {
     }
 }
 
-fn apply(api: &Api, item: Result<ReplicationItem, String>, writer: &Writer) -> ItemResponse {
-    let item = match item {
-        Ok(item) => item,
-        Err(message) => {
-            tracing::warn!(%message, "refused a replication item");
-            return status_code(500);
-        }
-    };
+fn apply(api: &Api, item: ReplicationItem, writer: &Writer) -> ItemResponse {
     let exact = |s: Option<&str>| match s {
         None => Ok(None),
         Some(s) => Status::parse_exact(s).map(Some).ok_or(()),
@@ -72,7 +65,7 @@ fn apply(api: &Api, item: Result<ReplicationItem, String>, writer: &Writer) -> I
             };
             let registration = crate::codec::Registration {
                 info,
-                has_data_center: true,
+                data_center: crate::codec::DataCenter::Named,
             };
             if let Err(message) = crate::codec::validate_registration(&registration, &registration.info.app) {
                 // Java reports 200 for every Register item, valid or not.

@@ -63,15 +63,18 @@ fn item(v: &Value, now: i64) -> Result<ReplicationItem, String> {
     })
 }
 
-/// Decodes a batch; a malformed item is returned as its own error (answered with 500 in its
-/// slot), a malformed document fails as a whole.
-pub fn decode_list(body: &[u8], now: i64) -> Result<Vec<Result<ReplicationItem, String>>, DecodeError> {
+/// Decodes a batch. As with Java's Jackson reader, one malformed item (an unknown action, a
+/// field of the wrong type) fails the whole document.
+pub fn decode_list(body: &[u8], now: i64) -> Result<Vec<ReplicationItem>, DecodeError> {
     let v: Value = serde_json::from_slice(body).map_err(|e| DecodeError::new(format!("invalid JSON: {e}")))?;
     let list = v
         .get("replicationList")
         .and_then(Value::as_array)
         .ok_or_else(|| DecodeError::new("expected {\"replicationList\": [...]}"))?;
-    Ok(list.iter().map(|v| item(v, now)).collect())
+    list.iter()
+        .enumerate()
+        .map(|(n, v)| item(v, now).map_err(|e| DecodeError::new(format!("replication item {n}: {e}"))))
+        .collect()
 }
 
 /// One slot of a batch response.

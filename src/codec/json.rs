@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value};
 
-use super::DecodeError;
+use super::{DataCenter, DecodeError};
 use crate::registry::{
     instance::{ActionType, DataCenterInfo, DataCenterName, InstanceInfo, LeaseTerms, Metadata, PortInfo, Status},
     view::{AppView, AppsView, InstanceView},
@@ -259,7 +259,8 @@ fn metadata_of(v: &Value) -> Result<Metadata, DecodeError> {
     Ok(m)
 }
 
-fn data_center_of(v: &Value) -> Result<DataCenterInfo, DecodeError> {
+/// `None` when the object has no `name` (a validation error, not a decode error).
+fn data_center_of(v: &Value) -> Result<Option<DataCenterInfo>, DecodeError> {
     let obj = v
         .as_object()
         .ok_or_else(|| DecodeError::new("dataCenterInfo must be an object"))?;
@@ -267,7 +268,10 @@ fn data_center_of(v: &Value) -> Result<DataCenterInfo, DecodeError> {
         .get("@class")
         .and_then(Value::as_str)
         .ok_or_else(|| DecodeError::new("dataCenterInfo needs an @class"))?;
-    let name = obj.get("name").and_then(Value::as_str).unwrap_or("");
+    let Some(name) = obj.get("name").filter(|v| !v.is_null()) else {
+        return Ok(None);
+    };
+    let name = name.as_str().unwrap_or("");
     let name = DataCenterName::parse_exact(name)
         .ok_or_else(|| DecodeError::new(format!("unknown dataCenterInfo name {name:?}")))?;
     let amazon_class = class == "com.netflix.appinfo.AmazonInfo";
@@ -281,7 +285,7 @@ fn data_center_of(v: &Value) -> Result<DataCenterInfo, DecodeError> {
         Some(m) if name == DataCenterName::Amazon && !m.is_null() => metadata_of(m)?,
         _ => Metadata::new(),
     };
-    Ok(DataCenterInfo { name, metadata })
+    Ok(Some(DataCenterInfo { name, metadata }))
 }
 
 fn lease_of(v: &Value) -> Result<LeaseTerms, DecodeError> {
@@ -304,15 +308,14 @@ fn opt_string(v: &Value) -> Option<String> {
 }
 
 /// An instance object (already unwrapped), with Java's defaults for what is missing and
-/// `now` as the dirty/updated timestamps when absent; the flag says whether it had a
-/// `dataCenterInfo` (its absence is a validation error, reported after the others).
-pub fn instance_from_value(v: &Value, now: i64) -> Result<(InstanceInfo, bool), DecodeError> {
+/// `now` as the dirty/updated timestamps when absent, and whether it had a (named) `dataCenterInfo`.
+pub fn instance_from_value(v: &Value, now: i64) -> Result<(InstanceInfo, DataCenter), DecodeError> {
     let obj: &Map<String, Value> = v
         .as_object()
         .ok_or_else(|| DecodeError::new("instance must be an object"))?;
     let mut i = InstanceInfo::new("", "", "", now);
     i.host_name.clear();
-    let mut data_center: Option<DataCenterInfo> = None;
+    let mut data_center = DataCenter::Missing;
     for (k, v) in obj {
         if v.is_null() {
             continue;
@@ -330,7 +333,13 @@ pub fn instance_from_value(v: &Value, now: i64) -> Result<(InstanceInfo, bool), 
             "port" => i.port = port_of(v, i.port)?,
             "securePort" => i.secure_port = port_of(v, i.secure_port)?,
             "countryId" => i.country_id = as_i32(v),
-            "dataCenterInfo" => data_center = Some(data_center_of(v)?),
+            "dataCenterInfo" => match data_center_of(v)? {
+                Some(dc) => {
+                    i.data_center_info = dc;
+                    data_center = DataCenter::Named;
+                }
+                None => data_center = DataCenter::Unnamed,
+            },
             "leaseInfo" => i.lease = lease_of(v)?,
             "metadata" => i.metadata = metadata_of(v)?,
             "appGroupName" => i.app_group_name = opt_string(v).map(|s| s.to_ascii_uppercase()),
@@ -348,15 +357,11 @@ pub fn instance_from_value(v: &Value, now: i64) -> Result<(InstanceInfo, bool), 
             _ => {}
         }
     }
-    let present = data_center.is_some();
-    if let Some(dc) = data_center {
-        i.data_center_info = dc;
-    }
-    Ok((i, present))
+    Ok((i, data_center))
 }
 
 /// A registration body: `{"instance": {...}}`.
-pub fn instance_document_from_slice(body: &[u8], now: i64) -> Result<(InstanceInfo, bool), DecodeError> {
+pub fn instance_document_from_slice(body: &[u8], now: i64) -> Result<(InstanceInfo, DataCenter), DecodeError> {
     let v: Value = serde_json::from_slice(body).map_err(|e| DecodeError::new(format!("invalid JSON: {e}")))?;
     let root = v
         .as_object()

@@ -8,7 +8,7 @@
 
 use quick_xml::events::Event;
 
-use super::DecodeError;
+use super::{DataCenter, DecodeError};
 use crate::registry::{
     instance::{ActionType, DataCenterInfo, DataCenterName, InstanceInfo, LeaseTerms, Metadata, PortInfo, Status},
     view::{AppView, AppsView, InstanceView},
@@ -100,9 +100,16 @@ fn metadata(out: &mut Vec<u8>, m: &Metadata) {
 
 /// An `<instance>` element.
 pub fn instance(out: &mut Vec<u8>, view: &InstanceView) {
+    instance_as(out, view, "instance");
+}
+
+/// An instance under another element name (e.g. `instanceInfo` in the status document).
+pub fn instance_as(out: &mut Vec<u8>, view: &InstanceView, tag: &str) {
     let i = &*view.info;
     let l = &view.lease;
-    out.extend_from_slice(b"<instance>");
+    out.push(b'<');
+    out.extend_from_slice(tag.as_bytes());
+    out.push(b'>');
     opt_element(out, "instanceId", i.instance_id.as_deref());
     element(out, "hostName", &i.host_name);
     element(out, "app", &i.app);
@@ -143,7 +150,9 @@ pub fn instance(out: &mut Vec<u8>, view: &InstanceView) {
     element(out, "lastDirtyTimestamp", &i.last_dirty_timestamp.to_string());
     opt_element(out, "actionType", i.action_type.map(ActionType::as_str));
     opt_element(out, "asgName", i.asg_name.as_deref());
-    out.extend_from_slice(b"</instance>");
+    out.extend_from_slice(b"</");
+    out.extend_from_slice(tag.as_bytes());
+    out.push(b'>');
 }
 
 fn application_into(out: &mut Vec<u8>, app: &AppView) {
@@ -335,7 +344,7 @@ fn metadata_of(el: &Element) -> Metadata {
 }
 
 /// What XStream makes of an `<instance>` element.
-pub fn instance_from_element(el: &Element, now: i64) -> Result<(InstanceInfo, bool), DecodeError> {
+pub fn instance_from_element(el: &Element, now: i64) -> Result<(InstanceInfo, DataCenter), DecodeError> {
     if el.name != "instance" {
         return Err(DecodeError::new(format!(
             "expected an <instance> document, got <{}>",
@@ -344,7 +353,7 @@ pub fn instance_from_element(el: &Element, now: i64) -> Result<(InstanceInfo, bo
     }
     let mut i = InstanceInfo::new("", "", "", now);
     i.host_name.clear();
-    let mut data_center = false;
+    let mut data_center = DataCenter::Missing;
     for c in &el.children {
         let v = || Some(c.text.clone());
         match c.name.as_str() {
@@ -369,7 +378,10 @@ pub fn instance_from_element(el: &Element, now: i64) -> Result<(InstanceInfo, bo
             }
             "countryId" => i.country_id = int(c, "countryId")?,
             "dataCenterInfo" => {
-                let name = c.child("name").map(Element::value).unwrap_or("");
+                let Some(name) = c.child("name").map(Element::value) else {
+                    data_center = DataCenter::Unnamed;
+                    continue;
+                };
                 let name = if name.eq_ignore_ascii_case("amazon") {
                     DataCenterName::Amazon
                 } else {
@@ -381,7 +393,7 @@ pub fn instance_from_element(el: &Element, now: i64) -> Result<(InstanceInfo, bo
                     _ => Metadata::new(),
                 };
                 i.data_center_info = DataCenterInfo { name, metadata };
-                data_center = true;
+                data_center = DataCenter::Named;
             }
             "leaseInfo" => {
                 let mut terms = LeaseTerms {
