@@ -205,6 +205,14 @@ pub struct PeerArgs {
     /// Longest a task waits for more to batch with.
     #[arg(long, env = "EUREKA_REPLICATION_MAX_BATCHING_DELAY_MS", default_value_t = 100)]
     pub replication_max_batching_delay_ms: u64,
+
+    /// How often the leader renews pod instances on Java peers.
+    #[arg(long, env = "EUREKA_JAVA_PEER_HEARTBEAT_INTERVAL_MS", default_value_t = 30_000)]
+    pub java_peer_heartbeat_interval_ms: u64,
+
+    /// How often the leader compares registries with peers to repair what partitions lost.
+    #[arg(long, env = "EUREKA_ANTI_ENTROPY_INTERVAL_MS", default_value_t = 60_000)]
+    pub anti_entropy_interval_ms: u64,
 }
 
 /// The Kubernetes side.

@@ -7,6 +7,7 @@ pub mod controller;
 pub mod crd;
 pub mod index;
 pub mod lease;
+pub mod peers;
 pub mod plan;
 pub mod pods;
 pub mod status;

@@ -15,6 +15,7 @@ pub mod config;
 pub mod k8s;
 pub mod metrics;
 pub mod registry;
+pub mod replication;
 pub mod runtime;
 pub mod state;
 pub mod timers;

@@ -134,6 +134,18 @@ impl Collector for RegistryCollector {
             "Status override calls",
             s.totals.status_updates,
         )?;
+        counter(
+            &mut encoder,
+            "eviction_runs_held",
+            "Eviction runs held back by self-preservation",
+            s.totals.eviction_runs_held,
+        )?;
+        gauge(
+            &mut encoder,
+            "expired_leases",
+            "Expired leases not evicted yet",
+            s.expired as i64,
+        )?;
         gauge(
             &mut encoder,
             "renews_last_min",

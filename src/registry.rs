@@ -266,6 +266,8 @@ pub struct Stats {
     pub allow_access: bool,
     pub startup_time: i64,
     pub instances: u64,
+    /// Native and replicated leases that have expired but are still registered.
+    pub expired: u64,
     pub by_origin: [(OriginKind, u64); 3],
     pub by_status: StatusCounts,
     pub applications: usize,
@@ -281,6 +283,8 @@ pub struct Totals {
     pub cancellations: u64,
     pub evictions: u64,
     pub status_updates: u64,
+    /// Eviction runs held back by self-preservation.
+    pub eviction_runs_held: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -927,6 +931,7 @@ impl Registry {
             eviction::compensation_ms(self.last_eviction, now, self.config.eviction_interval_timer_in_ms);
         self.last_eviction = Some(now);
         if !self.preservation.lease_expiration_enabled(now) {
+            self.totals.eviction_runs_held += 1;
             return Vec::new();
         }
         let mode = self.config.lease_expiry;
@@ -1158,6 +1163,7 @@ impl Registry {
             allow_access: self.preservation.allow_access(now),
             startup_time: self.preservation.startup_time,
             instances: self.counts.total(),
+            expired: self.expired_count(now),
             by_origin: [OriginKind::Native, OriginKind::Replicated, OriginKind::Pod]
                 .map(|k| (k, self.by_origin.get(&k).copied().unwrap_or(0))),
             by_status: self.counts,
@@ -1176,6 +1182,15 @@ impl Registry {
     }
 
     // === internals ===
+
+    fn expired_count(&self, now: i64) -> u64 {
+        let mode = self.config.lease_expiry;
+        self.apps
+            .values()
+            .flat_map(|a| a.values())
+            .filter(|e| !e.origin.is_pod() && e.lease.is_expired(now, 0, mode))
+            .count() as u64
+    }
 
     fn non_pod_instances(&self) -> u64 {
         self.counts.total() - self.by_origin.get(&OriginKind::Pod).copied().unwrap_or(0)

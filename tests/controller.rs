@@ -244,7 +244,7 @@ async fn overrides_from_the_eurekaapp_and_the_rest_api_survive_a_restart() {
     .await;
 
     // A restart forgets nothing: the EurekaApp and the annotation hold the overrides.
-    op.restart(ns, "ctl-overrides", &[]).await;
+    op.restart(ns, "ctl-overrides").await;
     wait_instances(&op.server, "ORDERS", &[(stable, "UP"), (canary, "UP")]).await;
 
     // Deleting the REST override falls back to the EurekaApp's, and clears the annotation.
@@ -257,7 +257,7 @@ async fn overrides_from_the_eurekaapp_and_the_rest_api_survive_a_restart() {
         || async { annotation().is_empty().then_some(()) },
     )
     .await;
-    op.restart(ns, "ctl-overrides", &[]).await;
+    op.restart(ns, "ctl-overrides").await;
     wait_instances(&op.server, "ORDERS", &[(stable, "OUT_OF_SERVICE"), (canary, "UP")]).await;
 
     // The maintenance ends.

@@ -372,3 +372,30 @@ pub fn instance_document_from_slice(body: &[u8], now: i64) -> Result<(InstanceIn
     })?;
     instance_from_value(inner, now)
 }
+
+fn one_or_many(v: &Value) -> Vec<&Value> {
+    match v {
+        Value::Array(a) => a.iter().collect(),
+        Value::Null => Vec::new(),
+        other => vec![other],
+    }
+}
+
+/// The instances of an `{"applications": ...}` document (a peer's full registry); `application`
+/// and `instance` may be arrays or single objects, as Java's readers allow.
+pub fn applications_from_slice(body: &[u8], now: i64) -> Result<Vec<InstanceInfo>, DecodeError> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| DecodeError::new(format!("invalid JSON: {e}")))?;
+    let apps = v
+        .get("applications")
+        .ok_or_else(|| DecodeError::new("expected {\"applications\": ...}"))?;
+    let mut out = Vec::new();
+    for app in one_or_many(apps.get("application").unwrap_or(&Value::Null)) {
+        for instance in one_or_many(app.get("instance").unwrap_or(&Value::Null)) {
+            let (info, dc) = instance_from_value(instance, now)?;
+            if dc == DataCenter::Named {
+                out.push(info);
+            }
+        }
+    }
+    Ok(out)
+}

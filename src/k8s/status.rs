@@ -200,6 +200,8 @@ struct Task {
     pending: BTreeMap<AppKey, Wish>,
     /// What we last wrote, to skip identical patches.
     written: Mutex<HashMap<AppKey, EurekaAppStatus>>,
+    /// REST overrides to record on pods, latest per pod, until written.
+    overrides: BTreeMap<(String, String), PodOverride>,
 }
 
 /// Starts the writer; it runs until the process ends.
@@ -221,6 +223,7 @@ pub fn spawn(
         limiter: NoteLimiter::default(),
         pending: BTreeMap::new(),
         written: Mutex::new(HashMap::new()),
+        overrides: BTreeMap::new(),
     };
     tokio::spawn(task.run(wishes, overrides));
     Writer {
@@ -248,7 +251,9 @@ impl Task {
                 }
                 o = overrides.recv() => {
                     let Some(o) = o else { return };
-                    self.persist_override(o).await;
+                    // Kept until written: a replica that is not leading yet writes it once it is.
+                    self.overrides.insert((o.owner.namespace.clone(), o.owner.pod.clone()), o);
+                    self.flush_overrides().await;
                 }
                 changed = self.leader.changed() => {
                     if changed.is_err() {
@@ -258,6 +263,7 @@ impl Task {
                         tracing::info!(pending = self.pending.len(), "leading: writing the current statuses");
                         self.written.lock().clear();
                         self.flush().await;
+                        self.flush_overrides().await;
                     }
                 }
             }
@@ -375,13 +381,22 @@ impl Task {
         }
     }
 
-    /// Records (or clears) a REST status override on the pod, so every replica and every restart
-    /// sees it.
-    async fn persist_override(&self, o: PodOverride) {
+    /// Writes the pending pod annotations, when leading.
+    async fn flush_overrides(&mut self) {
         if !self.leading() {
             self.metrics.writes_skipped_not_leader.inc();
             return;
         }
+        for (key, o) in std::mem::take(&mut self.overrides) {
+            if !self.persist_override(&o).await {
+                self.overrides.insert(key, o);
+            }
+        }
+    }
+
+    /// Records (or clears) a REST status override on the pod, so every replica and every restart
+    /// sees it. `false` when it should be tried again.
+    async fn persist_override(&self, o: &PodOverride) -> bool {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &o.owner.namespace);
         let value = o.status.map(|s| s.as_str());
         let patch = serde_json::json!({"metadata": {"annotations": {STATUS_OVERRIDE_ANNOTATION: value}}});
@@ -390,11 +405,15 @@ impl Task {
             .await
         {
             Ok(_) => {
-                tracing::info!(pod = %o.owner.pod, namespace = %o.owner.namespace, status = ?value, "persisted a status override")
+                tracing::info!(pod = %o.owner.pod, namespace = %o.owner.namespace, status = ?value, "persisted a status override");
+                true
             }
+            // The pod is gone: nothing to remember it on.
+            Err(kube::Error::Api(s)) if s.code == 404 => true,
             Err(e) => {
                 self.metrics.write_errors.inc();
                 tracing::warn!(pod = %o.owner.pod, error = %e, "failed to persist a status override");
+                false
             }
         }
     }

@@ -107,10 +107,18 @@ impl Preservation {
     }
 
     /// `updateRenewsPerMinThreshold`: `(int)(expected × 60 / interval × percent)`.
+    ///
+    /// With a renews window other than a minute (tests), the expectation scales with it: renews
+    /// expected per window are `window / interval` per client.
     pub fn update_threshold(&mut self) {
         let interval = self.config.expected_client_renewal_interval_seconds.max(1) as f64;
-        let per_min = self.expected_clients as f64 * (60.0 / interval) * self.config.renewal_percent_threshold;
-        self.threshold = per_min as i64;
+        let per_window = if self.config.renews_window_ms == 60_000 {
+            60.0 / interval
+        } else {
+            self.config.renews_window_ms as f64 / (interval * 1000.0)
+        };
+        let threshold = self.expected_clients as f64 * per_window * self.config.renewal_percent_threshold;
+        self.threshold = threshold as i64;
     }
 
     /// `openForTraffic(count)`: the count of instances found at start becomes the expectation.
@@ -249,6 +257,17 @@ mod tests {
         // With self-preservation off, expiry is always on, even with no renews at all.
         p.config.enable_self_preservation = false;
         assert!(p.lease_expiration_enabled(600_000));
+    }
+
+    #[test]
+    fn a_shorter_window_scales_the_threshold() {
+        let config = PreservationConfig {
+            renews_window_ms: 1_000,
+            expected_client_renewal_interval_seconds: 1,
+            ..Default::default()
+        };
+        let p = Preservation::new(config, 5, 0);
+        assert_eq!(p.threshold, 4); // 5 clients × 1 renew per window × 0.85
     }
 
     #[test]

@@ -8,3 +8,4 @@ pub mod eureka;
 pub mod operator;
 pub mod peers;
 pub mod process;
+pub mod proxy;

@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use super::{
     cluster::Cluster,
     eureka::{Server, http},
-    process::{scratch_dir, wait_for},
+    process::{free_port, scratch_dir, wait_for},
 };
 
 /// Where the chart installs the operator in these tests.
@@ -102,20 +102,40 @@ pub struct Operator {
     pub server: Server,
     _dir: tempfile::TempDir,
     pub kubeconfig: PathBuf,
+    pub replica: String,
+    extra: Vec<String>,
 }
 
 impl Operator {
     /// Starts the operator as the chart's ServiceAccount, watching `namespace`, leading through the
     /// Lease `lease` (3 s), with `extra` flags.
     pub async fn start(cluster: &Cluster, ip: Ipv4Addr, namespace: &str, lease: &str, extra: &[&str]) -> Operator {
+        let (port, admin) = (free_port(ip), free_port(ip));
+        Operator::start_on(cluster, ip, (port, admin), namespace, lease, lease, extra).await
+    }
+
+    /// One of several replicas sharing `lease`, on given ports.
+    pub async fn start_on(
+        cluster: &Cluster,
+        ip: Ipv4Addr,
+        ports: (u16, u16),
+        namespace: &str,
+        lease: &str,
+        replica: &str,
+        extra: &[&str],
+    ) -> Operator {
         let dir = scratch_dir("operator");
         let kubeconfig = dir.path().join("kubeconfig");
         cluster.kubeconfig_as(SERVICE_ACCOUNT, &kubeconfig);
-        let server = Operator::launch(ip, &kubeconfig, namespace, lease, extra, None).await;
+        let replica_args = ["--replica-id", replica];
+        let args: Vec<&str> = replica_args.iter().chain(extra.iter()).copied().collect();
+        let server = Operator::launch(ip, &kubeconfig, namespace, lease, &args, Some(ports)).await;
         Operator {
             server,
             _dir: dir,
             kubeconfig,
+            replica: replica.to_string(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
         }
     }
 
@@ -140,8 +160,6 @@ impl Operator {
             namespace,
             "--cluster-id",
             "test",
-            "--replica-id",
-            lease,
         ];
         args.extend_from_slice(extra);
         let env = [("KUBECONFIG", kubeconfig.to_str().unwrap())];
@@ -151,11 +169,22 @@ impl Operator {
         }
     }
 
-    /// Stops the process and starts a new one on the same ports.
-    pub async fn restart(&mut self, namespace: &str, lease: &str, extra: &[&str]) {
+    /// Stops the process and starts a new one on the same ports with the same flags.
+    pub async fn restart(&mut self, namespace: &str, lease: &str) {
         self.server.proc.terminate(Duration::from_secs(10));
+        self.start_again(namespace, lease).await;
+    }
+
+    /// Starts the process again after it stopped (same ports, same flags).
+    pub async fn start_again(&mut self, namespace: &str, lease: &str) {
         let (ip, port, admin) = (self.server.ip, self.server.port, self.server.admin_port);
-        self.server = Operator::launch(ip, &self.kubeconfig, namespace, lease, extra, Some((port, admin))).await;
+        let replica_args = ["--replica-id".to_string(), self.replica.clone()];
+        let args: Vec<&str> = replica_args
+            .iter()
+            .chain(self.extra.iter())
+            .map(String::as_str)
+            .collect();
+        self.server = Operator::launch(ip, &self.kubeconfig, namespace, lease, &args, Some((port, admin))).await;
     }
 }
 

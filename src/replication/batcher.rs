@@ -1,0 +1,356 @@
+//! The per-peer replication queue, as a pure state machine: tasks keyed like Java's
+//! (`action#APP/id`), a newer task replacing a pending one with the same key (so repeated
+//! heartbeats coalesce), a bound with the oldest dropped first, an age limit, batches of at most
+//! 250 sent when full or when the oldest has waited long enough, and retry backoff by failure
+//! class. Time is passed in.
+
+use std::{
+    collections::{HashMap, VecDeque},
+    time::Duration,
+};
+
+use tokio::time::Instant;
+
+use crate::registry::{Action, Replication};
+
+/// Java's batch size.
+pub const MAX_BATCH: usize = 250;
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Key {
+    action: Action,
+    app: String,
+    id: String,
+}
+
+#[derive(Clone, Debug)]
+struct Task {
+    record: Replication,
+    enqueued: Instant,
+    seq: u64,
+}
+
+/// Limits of one queue.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub capacity: usize,
+    pub max_age: Duration,
+    pub max_delay: Duration,
+}
+
+/// Counters of what the queue did with tasks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Dropped {
+    pub overflow: u64,
+    pub expired: u64,
+}
+
+/// One peer's pending tasks.
+#[derive(Debug)]
+pub struct Batcher {
+    limits: Limits,
+    /// Keys in send order; an entry is stale when its seq is not the task's current seq.
+    order: VecDeque<(u64, Key)>,
+    tasks: HashMap<Key, Task>,
+    next_seq: u64,
+    pub dropped: Dropped,
+}
+
+impl Batcher {
+    pub fn new(limits: Limits) -> Batcher {
+        Batcher {
+            limits,
+            order: VecDeque::new(),
+            tasks: HashMap::new(),
+            next_seq: 0,
+            dropped: Dropped::default(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.tasks.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tasks.is_empty()
+    }
+
+    /// Adds a task; a pending task with the same key is replaced and the new one goes last.
+    pub fn push(&mut self, record: Replication, now: Instant) {
+        let key = Key {
+            action: record.action,
+            app: record.app.clone(),
+            id: record.id.clone(),
+        };
+        self.next_seq += 1;
+        let seq = self.next_seq;
+        let replaced = self
+            .tasks
+            .insert(
+                key.clone(),
+                Task {
+                    record,
+                    enqueued: now,
+                    seq,
+                },
+            )
+            .is_some();
+        self.order.push_back((seq, key));
+        if !replaced {
+            while self.tasks.len() > self.limits.capacity {
+                if let Some(oldest) = self.pop_live() {
+                    self.tasks.remove(&oldest.0);
+                    self.dropped.overflow += 1;
+                }
+            }
+        }
+        self.compact();
+    }
+
+    /// The front live entry (key, task), skipping stale ones; it stays in `tasks`.
+    fn pop_live(&mut self) -> Option<(Key, u64)> {
+        while let Some((seq, key)) = self.order.pop_front() {
+            if self.tasks.get(&key).is_some_and(|t| t.seq == seq) {
+                return Some((key, seq));
+            }
+        }
+        None
+    }
+
+    /// Keeps the order list from growing without bound through replacements.
+    fn compact(&mut self) {
+        if self.order.len() > 2 * self.tasks.len() + 64 {
+            let tasks = &self.tasks;
+            self.order
+                .retain(|(seq, key)| tasks.get(key).is_some_and(|t| t.seq == *seq));
+        }
+    }
+
+    fn oldest(&self) -> Option<Instant> {
+        self.order
+            .iter()
+            .find_map(|(seq, key)| self.tasks.get(key).filter(|t| t.seq == *seq).map(|t| t.enqueued))
+    }
+
+    /// When the next batch is due (`None` when empty).
+    pub fn due_at(&self) -> Option<Instant> {
+        let oldest = self.oldest()?;
+        Some(if self.tasks.len() >= MAX_BATCH {
+            oldest
+        } else {
+            oldest + self.limits.max_delay
+        })
+    }
+
+    /// Whether a batch should go now.
+    pub fn ready(&self, now: Instant) -> bool {
+        self.tasks.len() >= MAX_BATCH || self.oldest().is_some_and(|t| t + self.limits.max_delay <= now)
+    }
+
+    /// Takes up to [`MAX_BATCH`] tasks in order, dropping those older than the age limit.
+    pub fn take(&mut self, now: Instant) -> Vec<Replication> {
+        let mut batch = Vec::new();
+        while batch.len() < MAX_BATCH {
+            let Some((key, _)) = self.pop_live() else { break };
+            let Some(task) = self.tasks.remove(&key) else { continue };
+            if now.duration_since(task.enqueued) > self.limits.max_age {
+                self.dropped.expired += 1;
+                continue;
+            }
+            batch.push(task.record);
+        }
+        batch
+    }
+
+    /// Puts a failed batch back in front, unless a newer task for the same key arrived meanwhile.
+    pub fn requeue(&mut self, batch: Vec<Replication>, enqueued: Instant) {
+        for record in batch.into_iter().rev() {
+            let key = Key {
+                action: record.action,
+                app: record.app.clone(),
+                id: record.id.clone(),
+            };
+            if self.tasks.contains_key(&key) {
+                continue;
+            }
+            self.next_seq += 1;
+            let seq = self.next_seq;
+            self.tasks.insert(key.clone(), Task { record, enqueued, seq });
+            self.order.push_front((seq, key));
+        }
+        while self.tasks.len() > self.limits.capacity {
+            // Over capacity after a requeue: drop from the back (the newest are re-sent soonest
+            // by their senders anyway).
+            if let Some((seq, key)) = self.order.pop_back()
+                && self.tasks.get(&key).is_some_and(|t| t.seq == seq)
+            {
+                self.tasks.remove(&key);
+                self.dropped.overflow += 1;
+            }
+        }
+    }
+}
+
+/// Why a batch failed, and so how long to wait before the next try.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// 503 or a read timeout: the peer is busy.
+    Congestion,
+    /// Connection refused, reset, DNS: the peer is away.
+    Network,
+    /// Any other answer: retrying will not help; the batch is dropped.
+    Permanent,
+}
+
+/// Exponential backoff per peer, reset by a success.
+#[derive(Clone, Debug, Default)]
+pub struct Backoff {
+    failures: u32,
+}
+
+impl Backoff {
+    pub const MAX: Duration = Duration::from_secs(30);
+
+    pub fn success(&mut self) {
+        self.failures = 0;
+    }
+
+    /// The delay after a failure of this class (Java: 1 s for congestion, 100 ms for network
+    /// errors), doubling with consecutive failures up to 30 s.
+    pub fn failure(&mut self, class: Failure) -> Duration {
+        self.failures = self.failures.saturating_add(1);
+        let base = match class {
+            Failure::Congestion => Duration::from_millis(1000),
+            Failure::Network => Duration::from_millis(100),
+            Failure::Permanent => return Duration::ZERO,
+        };
+        let factor = 1u32 << (self.failures - 1).min(16);
+        base.saturating_mul(factor).min(Self::MAX)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::{Source, instance::Status, view::OriginKind};
+
+    fn rec(action: Action, id: &str, status: Status) -> Replication {
+        Replication {
+            action,
+            app: "APP".into(),
+            id: id.into(),
+            last_dirty_timestamp: Some(1),
+            status: Some(status),
+            overridden_status: None,
+            instance: None,
+            origin: OriginKind::Native,
+            source: Source::Client,
+        }
+    }
+
+    fn limits(capacity: usize) -> Limits {
+        Limits {
+            capacity,
+            max_age: Duration::from_secs(30),
+            max_delay: Duration::from_millis(100),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn repeated_heartbeats_coalesce_and_the_newest_goes_last() {
+        let t0 = Instant::now();
+        let mut b = Batcher::new(limits(100));
+        b.push(rec(Action::Register, "a", Status::Up), t0);
+        b.push(rec(Action::Heartbeat, "a", Status::Up), t0);
+        b.push(rec(Action::Cancel, "a", Status::Up), t0);
+        for _ in 0..50 {
+            b.push(rec(Action::Heartbeat, "b", Status::Up), t0);
+        }
+        b.push(rec(Action::Register, "a", Status::Down), t0);
+        assert_eq!(b.len(), 4);
+        assert!(!b.ready(t0));
+        assert!(b.ready(t0 + Duration::from_millis(100)));
+        let batch = b.take(t0);
+        let seen: Vec<(Action, &str, Option<Status>)> =
+            batch.iter().map(|r| (r.action, r.id.as_str(), r.status)).collect();
+        assert_eq!(
+            seen,
+            vec![
+                (Action::Heartbeat, "a", Some(Status::Up)),
+                (Action::Cancel, "a", Some(Status::Up)),
+                (Action::Heartbeat, "b", Some(Status::Up)),
+                (Action::Register, "a", Some(Status::Down)),
+            ],
+            "a re-registration after a cancel stays after it"
+        );
+        assert!(b.is_empty());
+        assert!(b.order.len() < 10, "the order list is compacted");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn bounded_with_oldest_dropped_and_aged_tasks_expire() {
+        let t0 = Instant::now();
+        let mut b = Batcher::new(limits(3));
+        for id in ["a", "b", "c", "d"] {
+            b.push(rec(Action::Heartbeat, id, Status::Up), t0);
+        }
+        assert_eq!(b.len(), 3);
+        assert_eq!(b.dropped.overflow, 1);
+        let ids: Vec<String> = b.take(t0).into_iter().map(|r| r.id).collect();
+        assert_eq!(ids, vec!["b", "c", "d"]);
+        b.push(rec(Action::Heartbeat, "old", Status::Up), t0);
+        b.push(rec(Action::Heartbeat, "new", Status::Up), t0 + Duration::from_secs(31));
+        let ids: Vec<String> = b.take(t0 + Duration::from_secs(31)).into_iter().map(|r| r.id).collect();
+        assert_eq!(ids, vec!["new"]);
+        assert_eq!(b.dropped.expired, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn batches_hold_at_most_250_and_a_full_queue_is_ready_at_once() {
+        let t0 = Instant::now();
+        let mut b = Batcher::new(limits(10_000));
+        for n in 0..600 {
+            b.push(rec(Action::Heartbeat, &n.to_string(), Status::Up), t0);
+        }
+        assert!(b.ready(t0));
+        assert_eq!(b.take(t0).len(), MAX_BATCH);
+        assert_eq!(b.take(t0).len(), MAX_BATCH);
+        assert_eq!(b.take(t0).len(), 100);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_batch_goes_back_in_front_unless_superseded() {
+        let t0 = Instant::now();
+        let mut b = Batcher::new(limits(100));
+        b.push(rec(Action::Heartbeat, "a", Status::Up), t0);
+        b.push(rec(Action::Heartbeat, "b", Status::Up), t0);
+        let batch = b.take(t0);
+        b.push(rec(Action::Heartbeat, "c", Status::Up), t0);
+        b.push(rec(Action::Heartbeat, "b", Status::Down), t0);
+        b.requeue(batch, t0);
+        let got: Vec<(String, Option<Status>)> = b.take(t0).into_iter().map(|r| (r.id, r.status)).collect();
+        assert_eq!(
+            got,
+            vec![
+                ("a".into(), Some(Status::Up)),
+                ("c".into(), Some(Status::Up)),
+                ("b".into(), Some(Status::Down))
+            ]
+        );
+    }
+
+    #[test]
+    fn backoff_doubles_by_class_and_resets() {
+        let mut b = Backoff::default();
+        assert_eq!(b.failure(Failure::Network), Duration::from_millis(100));
+        assert_eq!(b.failure(Failure::Network), Duration::from_millis(200));
+        assert_eq!(b.failure(Failure::Congestion), Duration::from_millis(4000));
+        for _ in 0..20 {
+            b.failure(Failure::Network);
+        }
+        assert_eq!(b.failure(Failure::Network), Backoff::MAX);
+        b.success();
+        assert_eq!(b.failure(Failure::Congestion), Duration::from_secs(1));
+        assert_eq!(b.failure(Failure::Permanent), Duration::ZERO);
+    }
+}

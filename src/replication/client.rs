@@ -1,0 +1,208 @@
+//! HTTP to peers: sending replication batches (`POST {url}peerreplication/batch/`) and
+//! fetching a peer's registry (`GET {url}apps/`), with timeouts, basic auth from the URL, and
+//! the classification of failures into retry classes.
+
+use std::time::Duration;
+
+use reqwest::{StatusCode, header};
+
+use super::batcher::Failure;
+use crate::codec::{
+    self, DecodeError,
+    batch::{self, PeerResponse},
+};
+use crate::registry::{Replication, instance::InstanceInfo};
+
+/// Marks our replication requests, with the sender's replica id.
+pub use crate::api::peer::REPLICA_HEADER;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("failed to reach peer {url}: {source}")]
+    Network { url: String, source: reqwest::Error },
+    #[error("peer {url} is congested ({status})")]
+    Congested { url: String, status: String },
+    #[error("peer {url} refused the request: {status}")]
+    Refused { url: String, status: StatusCode },
+    #[error("failed to read the answer of peer {url}: {source}")]
+    Decode { url: String, source: DecodeError },
+}
+
+impl Error {
+    pub fn class(&self) -> Failure {
+        match self {
+            Error::Network { .. } => Failure::Network,
+            Error::Congested { .. } => Failure::Congestion,
+            // An answer we cannot read would fail again: Java loops here; we drop the batch.
+            Error::Refused { .. } | Error::Decode { .. } => Failure::Permanent,
+        }
+    }
+}
+
+/// A peer's base URL (ending in `/eureka/` or `/eureka/v2/`) split into a clean URL and its
+/// basic-auth credentials.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerUrl {
+    pub base: String,
+    pub credentials: Option<(String, String)>,
+}
+
+impl PeerUrl {
+    pub fn parse(url: &str) -> Option<PeerUrl> {
+        let parsed = reqwest::Url::parse(url.trim()).ok()?;
+        if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+            return None;
+        }
+        let credentials = (!parsed.username().is_empty()).then(|| {
+            let decode = |s: &str| percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned();
+            (decode(parsed.username()), decode(parsed.password().unwrap_or("")))
+        });
+        let mut clean = parsed.clone();
+        let _ = clean.set_username("");
+        let _ = clean.set_password(None);
+        let mut base = clean.to_string();
+        if !base.ends_with('/') {
+            base.push('/');
+        }
+        Some(PeerUrl { base, credentials })
+    }
+
+    /// The URL without credentials, for logs and labels.
+    pub fn display(&self) -> &str {
+        &self.base
+    }
+}
+
+/// Talks to peers.
+#[derive(Clone)]
+pub struct PeerClient {
+    http: reqwest::Client,
+    replica_id: String,
+}
+
+impl PeerClient {
+    pub fn new(connect_timeout: Duration, read_timeout: Duration, replica_id: &str) -> PeerClient {
+        let http = reqwest::Client::builder()
+            .connect_timeout(connect_timeout)
+            .timeout(connect_timeout + read_timeout)
+            .pool_idle_timeout(Duration::from_secs(30))
+            .user_agent(concat!("eureka-operator/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .unwrap_or_default();
+        PeerClient {
+            http,
+            replica_id: replica_id.to_string(),
+        }
+    }
+
+    fn request(&self, peer: &PeerUrl, builder: reqwest::RequestBuilder, own_replica: bool) -> reqwest::RequestBuilder {
+        let mut b = builder.header(header::ACCEPT, "application/json");
+        if own_replica {
+            b = b.header(REPLICA_HEADER, &self.replica_id);
+        }
+        if let Some((u, p)) = &peer.credentials {
+            b = b.basic_auth(u, Some(p));
+        }
+        b
+    }
+
+    /// Sends one batch; the answers are in the batch's order.
+    pub async fn send(
+        &self,
+        peer: &PeerUrl,
+        items: &[&Replication],
+        own_replica: bool,
+    ) -> Result<Vec<PeerResponse>, Error> {
+        let url = format!("{}peerreplication/batch/", peer.base);
+        let body = batch::encode_list(items);
+        let req = self
+            .request(peer, self.http.post(&url), own_replica)
+            .header(header::CONTENT_TYPE, "application/json");
+        let resp = req
+            .body(body)
+            .send()
+            .await
+            .map_err(|source| classify(&peer.base, source))?;
+        let status = resp.status();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            return Err(Error::Congested {
+                url: peer.base.clone(),
+                status: status.to_string(),
+            });
+        }
+        if !status.is_success() {
+            return Err(Error::Refused {
+                url: peer.base.clone(),
+                status,
+            });
+        }
+        let bytes = resp.bytes().await.map_err(|source| classify(&peer.base, source))?;
+        let now = now_ms();
+        batch::decode_response(&bytes, now).map_err(|source| Error::Decode {
+            url: peer.base.clone(),
+            source,
+        })
+    }
+
+    /// A peer's whole registry (`GET apps/`), as instances with their lease terms.
+    pub async fn fetch(&self, peer: &PeerUrl, own_replica: bool) -> Result<Vec<InstanceInfo>, Error> {
+        let url = format!("{}apps/", peer.base);
+        let resp = self
+            .request(peer, self.http.get(&url), own_replica)
+            .send()
+            .await
+            .map_err(|source| classify(&peer.base, source))?;
+        let status = resp.status();
+        if !status.is_success() {
+            return Err(Error::Refused {
+                url: peer.base.clone(),
+                status,
+            });
+        }
+        let bytes = resp.bytes().await.map_err(|source| classify(&peer.base, source))?;
+        codec::json::applications_from_slice(&bytes, now_ms()).map_err(|source| Error::Decode {
+            url: peer.base.clone(),
+            source,
+        })
+    }
+}
+
+/// A read timeout is congestion (as Java counts it); anything else is a network failure.
+fn classify(url: &str, source: reqwest::Error) -> Error {
+    if source.is_timeout() && !source.is_connect() {
+        Error::Congested {
+            url: url.to_string(),
+            status: "read timeout".into(),
+        }
+    } else {
+        Error::Network {
+            url: url.to_string(),
+            source,
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peer_urls_lose_credentials_and_gain_a_slash() {
+        let p = PeerUrl::parse("http://user:p%40ss@eureka-0.eureka:8761/eureka").unwrap();
+        assert_eq!(p.base, "http://eureka-0.eureka:8761/eureka/");
+        assert_eq!(p.credentials, Some(("user".into(), "p@ss".into())));
+        assert_eq!(
+            PeerUrl::parse("http://10.0.0.1:8761/eureka/v2/").unwrap().base,
+            "http://10.0.0.1:8761/eureka/v2/"
+        );
+        assert!(PeerUrl::parse("ftp://x/").is_none());
+        assert!(PeerUrl::parse("not a url").is_none());
+    }
+}
