@@ -18,8 +18,8 @@ pub struct Retries {
 }
 
 /// Fills the registry from `peers`; returns how many instances were registered. Retries (up to
-/// `retries`) only while nothing was found and some peer did not answer; with no peer at all it
-/// returns at once.
+/// `retries`) only while nothing was found and one of our replicas did not answer (Java peers
+/// are asked once: a migration must not hold a replica back); with no peer it returns at once.
 pub async fn sync(
     state: &AppState,
     client: &PeerClient,
@@ -55,7 +55,9 @@ pub async fn sync(
                     tracing::info!(peer = %url.display(), instances = n, "synced the registry from a peer");
                 }
                 Err(e) => {
-                    unreachable += 1;
+                    if *kind == PeerKind::Replica {
+                        unreachable += 1;
+                    }
                     tracing::info!(peer = %url.display(), error = %e, attempt, "could not sync from a peer");
                 }
             }

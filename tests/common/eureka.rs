@@ -148,8 +148,12 @@ impl JavaServer {
     /// Starts it with fast timers and `extra` Spring properties (`--key=value`); `None` when the
     /// peer is missing outside CI.
     pub async fn start(ip: Ipv4Addr, extra: &[String]) -> Option<JavaServer> {
+        JavaServer::start_on(ip, free_port(ip), extra).await
+    }
+
+    /// As [`JavaServer::start`], on a given port.
+    pub async fn start_on(ip: Ipv4Addr, port: u16, extra: &[String]) -> Option<JavaServer> {
         let jar = peers::require("EUREKA_PEER_JAVA_SERVER_JAR", "Java Eureka server tests")?;
-        let port = free_port(ip);
         let dir = scratch_dir("java-server");
         let mut cmd = Command::new("java");
         cmd.args(JVM_FLAGS).arg("-jar").arg(&jar);
