@@ -444,3 +444,97 @@ async fn a_partitioned_replica_keeps_its_view_and_converges() {
     beating.store(false, std::sync::atomic::Ordering::Relaxed);
     beats.await.unwrap();
 }
+
+/// The machine's own non-loopback IPv4 address (EndpointSlices refuse loopback addresses).
+fn host_ip() -> Ipv4Addr {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").expect("udp socket");
+    // No packet is sent: connecting a UDP socket only picks the outgoing interface.
+    socket
+        .connect("192.0.2.1:9")
+        .or_else(|_| socket.connect("10.255.255.1:9"))
+        .expect("a route off this machine");
+    match socket.local_addr().unwrap().ip() {
+        std::net::IpAddr::V4(ip) if !ip.is_loopback() => ip,
+        other => panic!("this machine needs a non-loopback IPv4 address for EndpointSlices, found {other}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_find_each_other_through_the_headless_service() {
+    let Some(cluster) = prepared() else { return };
+    let client = cluster.admin().await;
+    let ns = "ha-discovery";
+    namespace(&client, ns).await;
+    let ip = host_ip();
+    let ports = [free_port(ip), free_port(ip)];
+    // One EndpointSlice per replica (a slice has one port list), as the EndpointSlice controller
+    // would write them for the chart's headless Service.
+    for (n, (name, port)) in [("disc-a", ports[0]), ("disc-b", ports[1])].into_iter().enumerate() {
+        let slice = json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": format!("disc-peers-{n}"), "namespace": "eureka-system",
+                         "labels": {"kubernetes.io/service-name": "disc-peers"}},
+            "addressType": "IPv4",
+            "ports": [{"name": "eureka", "port": port, "protocol": "TCP"}],
+            "endpoints": [{"addresses": [ip.to_string()], "conditions": {"ready": true},
+                           "targetRef": {"kind": "Pod", "name": name, "namespace": "eureka-system"}}]
+        });
+        let (ok, out) = common::operator::kubectl_apply(cluster, &slice.to_string());
+        assert!(ok, "{out}");
+    }
+    // The slices say both are ready before either runs: one sync attempt is enough here.
+    let extra = [
+        "--peer-service",
+        "disc-peers",
+        "--replication-max-batching-delay-ms",
+        "20",
+        "--registry-sync-retries",
+        "1",
+    ];
+    let a = Operator::start_on(
+        cluster,
+        ip,
+        (ports[0], free_port(ip)),
+        ns,
+        "ha-discovery",
+        "disc-a",
+        &extra,
+    )
+    .await;
+    let b = Operator::start_on(
+        cluster,
+        ip,
+        (ports[1], free_port(ip)),
+        ns,
+        "ha-discovery",
+        "disc-b",
+        &extra,
+    )
+    .await;
+    register(&a.server.url(), "FOUND", "via-a", 300, 30).await;
+    register(&b.server.url(), "FOUND", "via-b", 300, 30).await;
+    for r in [&a, &b] {
+        wait_for(
+            "both registrations on both replicas",
+            Duration::from_secs(10),
+            Duration::from_millis(50),
+            || async { (instances(&r.server, "FOUND").await.len() == 2).then_some(()) },
+        )
+        .await;
+    }
+    // Each lists the other, never itself.
+    let status: serde_json::Value = http()
+        .get(format!("{}status", a.server.url()))
+        .header("accept", "application/json")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let replicas = status["applicationStats"]["registered-replicas"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(replicas, format!("http://{ip}:{}/eureka/", ports[1]));
+}

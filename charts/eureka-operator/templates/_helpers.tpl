@@ -23,3 +23,16 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 app.kubernetes.io/name: {{ .Chart.Name }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
+
+{{- define "eureka-operator.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* The headless Service through which replicas find each other. */}}
+{{- define "eureka-operator.peersService" -}}
+{{- printf "%s-peers" (include "eureka-operator.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "eureka-operator.basicAuthSecret" -}}
+{{- default (printf "%s-basic-auth" (include "eureka-operator.fullname" .)) .Values.basicAuth.existingSecret -}}
+{{- end -}}
