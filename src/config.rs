@@ -85,9 +85,11 @@ pub struct ServerArgs {
     #[arg(long, env = "EUREKA_SERVER_DEFAULT_OPEN_FOR_TRAFFIC_COUNT", default_value_t = 1)]
     pub default_open_for_traffic_count: i64,
 
+    /// How often the leader evicts expired leases.
     #[arg(long, env = "EUREKA_SERVER_EVICTION_INTERVAL_TIMER_IN_MS", default_value_t = 60_000)]
     pub eviction_interval_timer_in_ms: u64,
 
+    /// How often the leader recomputes the renewal threshold from the registry's size.
     #[arg(
         long,
         env = "EUREKA_SERVER_RENEWAL_THRESHOLD_UPDATE_INTERVAL_MS",
@@ -103,6 +105,7 @@ pub struct ServerArgs {
     )]
     pub wait_time_in_ms_when_sync_empty: i64,
 
+    /// How long a change stays in `GET apps/delta`.
     #[arg(
         long,
         env = "EUREKA_SERVER_RETENTION_TIME_IN_MS_IN_DELTA_QUEUE",
@@ -110,6 +113,7 @@ pub struct ServerArgs {
     )]
     pub retention_time_in_ms_in_delta_queue: i64,
 
+    /// How often old changes are pruned from the delta.
     #[arg(
         long,
         env = "EUREKA_SERVER_DELTA_RETENTION_TIMER_INTERVAL_IN_MS",
@@ -137,6 +141,7 @@ pub struct ServerArgs {
     #[arg(long, env = "EUREKA_SERVER_REGISTRY_SYNC_RETRIES", default_value_t = 5)]
     pub registry_sync_retries: u32,
 
+    /// Wait between start-up sync attempts.
     #[arg(long, env = "EUREKA_SERVER_REGISTRY_SYNC_RETRY_WAIT_MS", default_value_t = 5_000)]
     pub registry_sync_retry_wait_ms: u64,
 }
@@ -150,9 +155,11 @@ pub enum LeaseExpiryArg {
 /// Optional HTTP basic auth on the Eureka API and the dashboard.
 #[derive(Clone, Debug, ClapArgs)]
 pub struct AuthArgs {
+    /// Require HTTP basic auth with this user (and `--basic-auth-password`).
     #[arg(long, env = "EUREKA_BASIC_AUTH_USERNAME")]
     pub basic_auth_username: Option<String>,
 
+    /// The basic-auth password (never logged).
     #[arg(long, env = "EUREKA_BASIC_AUTH_PASSWORD", hide_env_values = true)]
     pub basic_auth_password: Option<String>,
 
@@ -184,9 +191,11 @@ pub struct PeerArgs {
     #[arg(long, env = "EUREKA_REPLICA_ID")]
     pub replica_id: Option<String>,
 
+    /// Connect timeout toward peers.
     #[arg(long, env = "EUREKA_SERVER_PEER_NODE_CONNECT_TIMEOUT_MS", default_value_t = 1_000)]
     pub peer_node_connect_timeout_ms: u64,
 
+    /// Read timeout toward peers (a timeout counts as congestion and is retried).
     #[arg(long, env = "EUREKA_SERVER_PEER_NODE_READ_TIMEOUT_MS", default_value_t = 5_000)]
     pub peer_node_read_timeout_ms: u64,
 
@@ -286,6 +295,22 @@ mod tests {
     #[test]
     fn args_are_consistent() {
         Args::command().debug_assert();
+    }
+
+    #[test]
+    fn the_readme_documents_every_flag_and_variable() {
+        let readme = include_str!("../README.md");
+        for arg in Args::command().get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if matches!(long, "help" | "version") {
+                continue;
+            }
+            assert!(readme.contains(&format!("`--{long}`")), "README lacks --{long}");
+            if let Some(env) = arg.get_env() {
+                let env = env.to_string_lossy();
+                assert!(readme.contains(&format!("`{env}`")), "README lacks {env}");
+            }
+        }
     }
 
     #[test]
