@@ -7,38 +7,14 @@ mod common;
 use std::{net::Ipv4Addr, time::Duration};
 
 use common::{
-    eureka::{ScriptPeer, Server, SpringClient, http},
+    eureka::{ScriptPeer, Server, SpringClient, app_instances, http},
     process::wait_for,
 };
 use serde_json::Value;
 
-/// Instance ids of `app` in our registry.
+/// `(instanceId, status)` of `app` in our registry.
 async fn registered(server: &Server, app: &str) -> Vec<(String, String)> {
-    let r = http()
-        .get(format!("{}apps/{app}", server.url()))
-        .header("Accept", "application/json")
-        .send()
-        .await;
-    let Ok(r) = r else { return vec![] };
-    if !r.status().is_success() {
-        return vec![];
-    }
-    let v: Value = r.json().await.unwrap_or_default();
-    let mut out: Vec<(String, String)> = v["application"]["instance"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|i| {
-                    (
-                        i["instanceId"].as_str().unwrap_or("").to_string(),
-                        i["status"].as_str().unwrap_or("").to_string(),
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    out.sort();
-    out
+    app_instances(&server.url(), app).await
 }
 
 async fn wait_registered(server: &Server, app: &str, id: &str, status: &str) {

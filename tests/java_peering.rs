@@ -8,7 +8,7 @@ mod common;
 use std::{net::Ipv4Addr, time::Duration};
 
 use common::{
-    eureka::{JavaServer, SpringClient, http},
+    eureka::{JavaServer, SpringClient, app_instances, http},
     operator::{Operator, eureka_app, instances, namespace, pod, prepared, set_ready},
     process::{free_port, wait_for},
 };
@@ -16,33 +16,7 @@ use serde_json::Value;
 
 /// `(instanceId, status)` of `app` on a server at `base` (`.../eureka/`).
 async fn on(base: &str, app: &str) -> Vec<(String, String)> {
-    let Ok(r) = http()
-        .get(format!("{base}apps/{app}"))
-        .header("accept", "application/json")
-        .send()
-        .await
-    else {
-        return vec![];
-    };
-    if !r.status().is_success() {
-        return vec![];
-    }
-    let v: Value = r.json().await.unwrap_or_default();
-    let mut out: Vec<(String, String)> = v["application"]["instance"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|i| {
-                    (
-                        i["instanceId"].as_str().unwrap_or("").into(),
-                        i["status"].as_str().unwrap_or("").into(),
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    out.sort();
-    out
+    app_instances(base, app).await
 }
 
 async fn wait_on(base: &str, app: &str, want: &[(&str, &str)]) {

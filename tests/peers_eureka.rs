@@ -7,29 +7,16 @@ mod common;
 use std::{net::Ipv4Addr, time::Duration};
 
 use common::{
-    eureka::{JavaServer, ScriptPeer, SpringClient, http},
+    eureka::{JavaServer, ScriptPeer, SpringClient, app_instances},
     process::wait_for,
 };
 
 async fn registered(java: &JavaServer, app: &str) -> Vec<String> {
-    let r = http()
-        .get(format!("{}apps/{app}", java.url()))
-        .header("Accept", "application/json")
-        .send()
-        .await;
-    let Ok(r) = r else { return vec![] };
-    if !r.status().is_success() {
-        return vec![];
-    }
-    let v: serde_json::Value = r.json().await.unwrap_or_default();
-    v["application"]["instance"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|i| i["instanceId"].as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default()
+    app_instances(&java.url(), app)
+        .await
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect()
 }
 
 #[tokio::test]

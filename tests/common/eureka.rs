@@ -23,6 +23,38 @@ pub fn http() -> reqwest::Client {
         .expect("http client")
 }
 
+/// `(instanceId, status)` of `app` on the Eureka server at `base` (ending in `/eureka/`), sorted;
+/// empty when the app is unknown or the server does not answer.
+pub async fn app_instances(base: &str, app: &str) -> Vec<(String, String)> {
+    let Ok(r) = http()
+        .get(format!("{base}apps/{app}"))
+        .header("Accept", "application/json")
+        .send()
+        .await
+    else {
+        return Vec::new();
+    };
+    if !r.status().is_success() {
+        return Vec::new();
+    }
+    let v: Value = r.json().await.unwrap_or_default();
+    let mut out: Vec<(String, String)> = v["application"]["instance"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|i| {
+                    (
+                        i["instanceId"].as_str().unwrap_or("").into(),
+                        i["status"].as_str().unwrap_or("").into(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
 /// JVM flags that halve start-up time on 2 cores.
 const JVM_FLAGS: [&str; 4] = ["-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xss512k"];
 

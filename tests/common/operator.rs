@@ -293,31 +293,7 @@ pub fn eureka_app(cluster: &Cluster, ns: &str, name: &str, spec: &str) {
 
 /// `(instanceId, status)` of `app` in the operator's registry.
 pub async fn instances(server: &Server, app: &str) -> Vec<(String, String)> {
-    let r = http()
-        .get(format!("{}apps/{app}", server.url()))
-        .header("Accept", "application/json")
-        .send()
-        .await;
-    let Ok(r) = r else { return vec![] };
-    if !r.status().is_success() {
-        return vec![];
-    }
-    let v: Value = r.json().await.unwrap_or_default();
-    let mut out: Vec<(String, String)> = v["application"]["instance"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|i| {
-                    (
-                        i["instanceId"].as_str().unwrap_or("").into(),
-                        i["status"].as_str().unwrap_or("").into(),
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    out.sort();
-    out
+    super::eureka::app_instances(&server.url(), app).await
 }
 
 /// One instance document, if registered.
