@@ -10,6 +10,7 @@ use std::{
     collections::HashMap,
     io::Write,
     sync::{Arc, OnceLock},
+    time::{Duration, Instant},
 };
 
 use bytes::Bytes;
@@ -46,13 +47,20 @@ impl Payload {
         }
     }
 
-    /// The gzip-compressed body, compressed once.
+    /// The gzip body if it has been compressed already.
+    pub fn gzip_ready(&self) -> Option<Bytes> {
+        self.gzip.get().cloned()
+    }
+
+    /// The gzip-compressed body, compressed once (CPU-heavy: call it off the async workers).
     pub fn gzip(&self) -> Bytes {
         self.gzip
             .get_or_init(|| {
                 let mut enc = flate2::write::GzEncoder::new(
                     Vec::with_capacity(self.body.len() / 4 + 64),
-                    flate2::Compression::fast(),
+                    // Compressed once per version, off the request threads: spend the CPU
+                    // to save the bytes that every client downloads.
+                    flate2::Compression::default(),
                 );
                 // Writing into a Vec cannot fail.
                 let _ = enc.write_all(&self.body);
@@ -64,12 +72,26 @@ impl Payload {
 
 type Cell = Arc<OnceCell<Arc<Payload>>>;
 
+/// A cached payload: the registry version it was made at, when, and the payload (once encoded).
+type Slot = (u64, Instant, Cell);
+
+/// An application's encoding: the version of the application's last change, when, and the bytes.
+type Fragment = (u64, Instant, Bytes);
+
+/// How long a payload is reused while nothing changes, so that the lease timestamps in it are
+/// refreshed now and then (Java's `responseCacheAutoExpirationInSeconds`).
+pub const MAX_AGE: Duration = Duration::from_secs(180);
+
+/// How long an application's encoding is reused while the application does not change: lease
+/// timestamps in a full fetch are at most this old (Java's read-only cache refreshes every 30 s).
+pub const FRAGMENT_MAX_AGE: Duration = Duration::from_secs(30);
+
 /// Entries kept before the cache is cleared (Java's `initialCapacityOfResponseCache`).
 const MAX_ENTRIES: usize = 1000;
 
 #[derive(Default)]
 pub struct ResponseCache {
-    slots: Mutex<HashMap<(Key, Format), (u64, Cell)>>,
+    slots: Mutex<HashMap<(Key, Format), Slot>>,
 }
 
 impl ResponseCache {
@@ -86,13 +108,13 @@ impl ResponseCache {
         let cell = {
             let mut slots = self.slots.lock();
             match slots.get(&(key.clone(), format)) {
-                Some((v, cell)) if *v >= version => cell.clone(),
+                Some((v, at, cell)) if *v >= version && at.elapsed() < MAX_AGE => cell.clone(),
                 _ => {
                     if slots.len() >= MAX_ENTRIES {
                         slots.clear();
                     }
                     let cell: Cell = Arc::new(OnceCell::new());
-                    slots.insert((key, format), (version, cell.clone()));
+                    slots.insert((key, format), (version, Instant::now(), cell.clone()));
                     cell
                 }
             }
@@ -111,6 +133,53 @@ impl ResponseCache {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// Each application's encoding inside `applications` documents, per format, with the registry
+/// version of the application's last change: a full fetch after a write re-encodes only the
+/// applications that changed.
+#[derive(Default)]
+pub struct Fragments {
+    map: Mutex<HashMap<(String, Format), Fragment>>,
+}
+
+impl Fragments {
+    /// The versions of the current (not too old) encodings.
+    pub fn versions(&self, format: Format) -> HashMap<String, u64> {
+        self.map
+            .lock()
+            .iter()
+            .filter(|((_, f), (_, at, _))| *f == format && at.elapsed() < FRAGMENT_MAX_AGE)
+            .map(|((app, _), (v, _, _))| (app.clone(), *v))
+            .collect()
+    }
+
+    /// Stores an encoding unless a newer one is there.
+    pub fn put(&self, app: String, format: Format, version: u64, bytes: Bytes) {
+        let mut map = self.map.lock();
+        match map.get(&(app.clone(), format)) {
+            Some((v, _, _)) if *v > version => {}
+            _ => {
+                map.insert((app, format), (version, Instant::now(), bytes));
+            }
+        }
+    }
+
+    /// The encodings of `apps` (name, version) in order, dropping those of applications that are
+    /// gone; `None` if one is missing or of another version (a concurrent encoder moved on).
+    pub fn collect(&self, apps: &[(String, u64)], format: Format) -> Option<Vec<Bytes>> {
+        let mut map = self.map.lock();
+        if map.len() > apps.len() * 2 + 16 {
+            let keep: std::collections::HashSet<&str> = apps.iter().map(|(a, _)| a.as_str()).collect();
+            map.retain(|(app, _), _| keep.contains(app.as_str()));
+        }
+        apps.iter()
+            .map(|(app, v)| match map.get(&(app.clone(), format)) {
+                Some((fv, _, bytes)) if fv == v => Some(bytes.clone()),
+                _ => None,
+            })
+            .collect()
     }
 }
 
@@ -147,6 +216,23 @@ mod tests {
         let again = cache.get(Key::Full, Format::Json, 1, enc(calls.clone(), "old")).await;
         assert_eq!(&again.body[..], b"v2");
         assert_eq!(calls.load(Ordering::SeqCst), 3);
+    }
+
+    #[test]
+    fn fragments_are_reused_until_their_application_changes() {
+        let f = Fragments::default();
+        f.put("A".into(), Format::Json, 3, Bytes::from_static(b"a3"));
+        f.put("B".into(), Format::Json, 5, Bytes::from_static(b"b5"));
+        f.put("A".into(), Format::Json, 2, Bytes::from_static(b"old"));
+        assert_eq!(
+            f.versions(Format::Json).get("A"),
+            Some(&3),
+            "an older encoding never replaces a newer one"
+        );
+        assert!(f.versions(Format::Xml).is_empty());
+        let got = f.collect(&[("A".into(), 3), ("B".into(), 5)], Format::Json).unwrap();
+        assert_eq!(got, vec![Bytes::from_static(b"a3"), Bytes::from_static(b"b5")]);
+        assert!(f.collect(&[("A".into(), 4)], Format::Json).is_none());
     }
 
     #[test]

@@ -49,6 +49,27 @@ pub fn encode_apps(view: &AppsView, format: Format) -> Vec<u8> {
     }
 }
 
+/// One application as it stands inside an `applications` document.
+pub fn encode_app_fragment(app: &AppView, format: Format) -> Vec<u8> {
+    match format {
+        Format::Json => json::application_fragment(app),
+        Format::Xml => xml::application(app),
+    }
+}
+
+/// An `applications` document assembled from fragments made by [`encode_app_fragment`].
+pub fn encode_apps_from_fragments(
+    versions_delta: i64,
+    apps_hashcode: &str,
+    fragments: &[&[u8]],
+    format: Format,
+) -> Vec<u8> {
+    match format {
+        Format::Json => json::applications_from_fragments(versions_delta, apps_hashcode, fragments),
+        Format::Xml => xml::applications_from_fragments(versions_delta, apps_hashcode, fragments),
+    }
+}
+
 pub fn encode_app(app: &AppView, format: Format) -> Vec<u8> {
     match format {
         Format::Json => json::application(app),

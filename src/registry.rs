@@ -350,6 +350,8 @@ pub struct Registry {
     counts: StatusCounts,
     by_origin: HashMap<OriginKind, u64>,
     version: u64,
+    /// The registry version of each application's last change (for per-application caches).
+    app_versions: HashMap<String, u64>,
     preservation: Preservation,
     last_eviction: Option<i64>,
     totals: Totals,
@@ -372,6 +374,7 @@ impl Registry {
             counts: StatusCounts::default(),
             by_origin: HashMap::new(),
             version: 1,
+            app_versions: HashMap::new(),
             preservation,
             last_eviction: None,
             totals: Totals::default(),
@@ -1016,6 +1019,24 @@ impl Registry {
         }
     }
 
+    /// The applications with instances, sorted, with the version of each one's last change:
+    /// what a per-application cache needs to know which of its encodings are still current.
+    pub fn app_versions(&self) -> Vec<(String, u64)> {
+        let mut v: Vec<(String, u64)> = self
+            .apps
+            .iter()
+            .filter(|(_, entries)| !entries.is_empty())
+            .map(|(name, _)| (name.clone(), self.app_versions.get(name).copied().unwrap_or(0)))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// `apps__hashcode` of the whole registry.
+    pub fn apps_hashcode(&self) -> String {
+        self.counts.hashcode()
+    }
+
     /// The recent changes (`GET apps/delta`), each with the instance's current state, and the hash
     /// code of the full registry at the same moment.
     pub fn delta_view(&self) -> AppsView {
@@ -1246,6 +1267,7 @@ impl Registry {
             removed,
         });
         self.version += 1;
+        self.app_versions.insert(app.to_string(), self.version);
     }
 
     /// Inserts or replaces an entry, keeping the counters right, and logs an ADDED change.

@@ -15,7 +15,7 @@ use std::sync::{
 use parking_lot::{Mutex, RwLock};
 
 use crate::{
-    cache::{Key, Payload, ResponseCache},
+    cache::{Fragments, Key, Payload, ResponseCache},
     codec::{self, Format},
     registry::{Command, Outcome, Registry},
 };
@@ -61,6 +61,7 @@ struct Inner {
     registry: Mutex<Registry>,
     version: AtomicU64,
     cache: ResponseCache,
+    fragments: Fragments,
     clock: Arc<dyn Clock>,
     listeners: RwLock<Vec<Arc<dyn OutcomeListener>>>,
     registry_ready: AtomicBool,
@@ -81,6 +82,7 @@ impl AppState {
                 registry: Mutex::new(registry),
                 version: AtomicU64::new(version),
                 cache: ResponseCache::new(),
+                fragments: Fragments::default(),
                 clock,
                 listeners: RwLock::new(Vec::new()),
                 registry_ready: AtomicBool::new(false),
@@ -133,10 +135,7 @@ impl AppState {
             .get(key, format, version, move || {
                 // Snapshot under the lock (Arc clones), encode after releasing it.
                 match k {
-                    Key::Full => {
-                        let view = state.with_registry(|r, _| r.full_view());
-                        codec::encode_apps(&view, format)
-                    }
+                    Key::Full => state.encode_full(format),
                     Key::Delta => {
                         let view = state.with_registry(|r, _| r.delta_view());
                         codec::encode_apps(&view, format)
@@ -156,6 +155,34 @@ impl AppState {
                 }
             })
             .await
+    }
+
+    /// The full registry, re-encoding only the applications that changed since their last
+    /// encoding; the list of applications and the hash code come from one snapshot.
+    fn encode_full(&self, format: Format) -> Vec<u8> {
+        let fragments = &self.inner.fragments;
+        let known = fragments.versions(format);
+        let (hashcode, apps, stale) = self.with_registry(|r, _| {
+            let apps = r.app_versions();
+            let stale: Vec<(u64, crate::registry::view::AppView)> = apps
+                .iter()
+                .filter(|(name, v)| known.get(name) != Some(v))
+                .filter_map(|(name, v)| r.app_view(name).map(|view| (*v, view)))
+                .collect();
+            (r.apps_hashcode(), apps, stale)
+        });
+        for (version, view) in stale {
+            let bytes = bytes::Bytes::from(codec::encode_app_fragment(&view, format));
+            fragments.put(view.name, format, version, bytes);
+        }
+        match fragments.collect(&apps, format) {
+            Some(parts) => {
+                let refs: Vec<&[u8]> = parts.iter().map(|b| b.as_ref()).collect();
+                codec::encode_apps_from_fragments(1, &hashcode, &refs, format)
+            }
+            // Another encoder stored newer fragments meanwhile: encode a snapshot whole.
+            None => codec::encode_apps(&self.with_registry(|r, _| r.full_view()), format),
+        }
     }
 
     /// One eviction run; its cancels go to the listeners. Returns how many were evicted.

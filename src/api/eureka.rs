@@ -59,11 +59,7 @@ pub async fn handle(
             let format = negotiate::reply_format(headers)?;
             allow_access(api)?;
             let payload = state.payload(Key::Full, format).await;
-            Ok(negotiate::payload_reply(
-                &payload,
-                format,
-                negotiate::accepts_gzip(headers),
-            ))
+            Ok(negotiate::payload_reply(payload, format, negotiate::accepts_gzip(headers)).await)
         }
         (Route::Delta, _) => {
             let format = negotiate::reply_format(headers)?;
@@ -72,11 +68,7 @@ pub async fn handle(
             }
             allow_access(api)?;
             let payload = state.payload(Key::Delta, format).await;
-            Ok(negotiate::payload_reply(
-                &payload,
-                format,
-                negotiate::accepts_gzip(headers),
-            ))
+            Ok(negotiate::payload_reply(payload, format, negotiate::accepts_gzip(headers)).await)
         }
         (Route::App { app }, Method::POST) => register(api, app, headers, body).await,
         (Route::App { app }, _) => {
@@ -86,7 +78,7 @@ pub async fn handle(
             if payload.empty {
                 return Ok(empty(StatusCode::NOT_FOUND));
             }
-            Ok(negotiate::payload_reply(&payload, format, false))
+            Ok(negotiate::payload_reply(payload, format, false).await)
         }
         (Route::Vip { vip }, _) => vips(api, Key::Vip(vip), headers).await,
         (Route::Svip { vip }, _) => vips(api, Key::Svip(vip), headers).await,
@@ -217,7 +209,7 @@ async fn vips(api: &Api, key: Key, headers: &HeaderMap) -> Result<Response, ApiE
     let format = negotiate::reply_format(headers)?;
     allow_access(api)?;
     let payload = api.state.payload(key, format).await;
-    Ok(negotiate::payload_reply(&payload, format, false))
+    Ok(negotiate::payload_reply(payload, format, false).await)
 }
 
 /// Java refuses reads (403) after an empty start until the wait time has passed.

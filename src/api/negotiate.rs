@@ -167,14 +167,24 @@ pub fn accepts_gzip(headers: &HeaderMap) -> bool {
 }
 
 /// A cached payload as a reply, gzipped when `gzip` (for `apps` and `apps/delta`, as Java).
-pub fn payload_reply(payload: &Payload, format: Format, gzip: bool) -> Response {
+/// The first gzip reader of a version compresses it on a blocking thread, so request workers
+/// never stall behind compression.
+pub async fn payload_reply(payload: std::sync::Arc<Payload>, format: Format, gzip: bool) -> Response {
     let mut builder = Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, format.content_type())
         .header(header::VARY, "Accept, Accept-Encoding");
     let body = if gzip {
         builder = builder.header(header::CONTENT_ENCODING, "gzip");
-        payload.gzip()
+        match payload.gzip_ready() {
+            Some(b) => b,
+            None => {
+                let p = payload.clone();
+                tokio::task::spawn_blocking(move || p.gzip())
+                    .await
+                    .unwrap_or_else(|_| payload.gzip())
+            }
+        }
     } else {
         payload.body.clone()
     };

@@ -157,22 +157,37 @@ fn application_body(out: &mut Vec<u8>, app: &AppView) {
     out.extend_from_slice(b"]}");
 }
 
-/// `{"applications":{"versions__delta":"1","apps__hashcode":"UP_1_","application":[...]}}`.
-pub fn applications(view: &AppsView) -> Vec<u8> {
-    let mut out = Vec::with_capacity(256 + view.apps.iter().map(|a| a.instances.len() * 1100).sum::<usize>());
+/// One application's object inside an `applications` document.
+pub fn application_fragment(app: &AppView) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64 + app.instances.len() * 1100);
+    application_body(&mut out, app);
+    out
+}
+
+/// `{"applications":{"versions__delta":"1","apps__hashcode":"UP_1_","application":[...]}}` from
+/// already encoded application fragments.
+pub fn applications_from_fragments(versions_delta: i64, apps_hashcode: &str, fragments: &[&[u8]]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256 + fragments.iter().map(|f| f.len() + 1).sum::<usize>());
     out.extend_from_slice(b"{\"applications\":{\"versions__delta\":");
-    string(&mut out, &view.versions_delta.to_string());
+    string(&mut out, &versions_delta.to_string());
     out.extend_from_slice(b",\"apps__hashcode\":");
-    string(&mut out, &view.apps_hashcode);
+    string(&mut out, apps_hashcode);
     out.extend_from_slice(b",\"application\":[");
-    for (n, app) in view.apps.iter().enumerate() {
+    for (n, f) in fragments.iter().enumerate() {
         if n > 0 {
             out.push(b',');
         }
-        application_body(&mut out, app);
+        out.extend_from_slice(f);
     }
     out.extend_from_slice(b"]}}");
     out
+}
+
+/// `{"applications":{"versions__delta":"1","apps__hashcode":"UP_1_","application":[...]}}`.
+pub fn applications(view: &AppsView) -> Vec<u8> {
+    let fragments: Vec<Vec<u8>> = view.apps.iter().map(application_fragment).collect();
+    let refs: Vec<&[u8]> = fragments.iter().map(Vec::as_slice).collect();
+    applications_from_fragments(view.versions_delta, &view.apps_hashcode, &refs)
 }
 
 /// `{"application":{"name":"X","instance":[...]}}`.

@@ -453,3 +453,23 @@ impl ScriptPeer {
         self.events()
     }
 }
+
+/// An instance as the Spring Cloud client's RestClient sends it (numbers as numbers, explicit
+/// nulls): a 90 s lease, no metadata, both dirty timestamps at `ldt`.
+pub fn spring_instance(app: &str, id: &str, host: &str, ip: &str, port: u16, vip: &str, ldt: i64) -> Value {
+    serde_json::json!({
+        "instanceId": id, "app": app, "appGroupName": null, "ipAddr": ip, "sid": "na",
+        "homePageUrl": format!("http://{ip}:{port}/"),
+        "statusPageUrl": format!("http://{ip}:{port}/actuator/info"),
+        "healthCheckUrl": format!("http://{ip}:{port}/actuator/health"),
+        "secureHealthCheckUrl": null, "vipAddress": vip, "secureVipAddress": vip, "countryId": 1,
+        "dataCenterInfo": {"@class": "com.netflix.appinfo.InstanceInfo$DefaultDataCenterInfo", "name": "MyOwn"},
+        "hostName": host, "status": "UP", "overriddenStatus": "UNKNOWN",
+        "leaseInfo": {"renewalIntervalInSecs": 30, "durationInSecs": 90, "registrationTimestamp": 0,
+                      "lastRenewalTimestamp": 0, "evictionTimestamp": 0, "serviceUpTimestamp": 0},
+        "isCoordinatingDiscoveryServer": false, "lastUpdatedTimestamp": ldt, "lastDirtyTimestamp": ldt,
+        "actionType": null, "asgName": null,
+        "port": {"$": port, "@enabled": "true"}, "securePort": {"$": 443, "@enabled": "false"},
+        "metadata": {}
+    })
+}

@@ -1,0 +1,1219 @@
+//! Our Eureka server against the Spring Cloud Netflix Eureka server, measured in the same run with
+//! the same workload, one server at a time: registration, heartbeats, full and delta fetches, a
+//! mixed load where writes invalidate caches, memory (VmRSS) and CPU (utime + stime) per phase.
+//!
+//! `cargo bench --bench registry_vs_java` prints a markdown table; ratios are defined so that a
+//! ratio above 1 means ours is better. Absolute figures on a small shared machine are noise; the ratios
+//! against the peer measured minutes apart on the same machine are what to quote.
+//!
+//! Knobs (environment): `EO_BENCH_INSTANCES` (2000), `EO_BENCH_WORKERS` (32), `EO_BENCH_SECS`
+//! (10, per closed-loop phase), `EO_BENCH_WARMUP_SECS` (8), `EO_BENCH_MIXED_SECS` (15),
+//! `EO_BENCH_JAVA_NOCACHE` (1: also run Java with `use-read-only-response-cache=false`),
+//! `EO_BENCH_JVM_FLAGS` (the test harness's fast-start flags), `EO_BENCH_MIXED_RATES`
+//! (`heartbeats,registrations,status,full,delta` per second: `1000,5,5,20,50`).
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::{
+    collections::HashMap,
+    io::Read,
+    net::Ipv4Addr,
+    process::Command,
+    str::FromStr,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use bytes::Bytes;
+use common::{
+    eureka::{Server, spring_instance},
+    peers,
+    process::{Proc, free_port, scratch_dir},
+};
+use reqwest::header::{ACCEPT, ACCEPT_ENCODING, CONTENT_TYPE};
+use serde_json::{Value, json};
+
+/// The JVM flags `JavaServer::start` in tests/common/eureka.rs uses (fast start on 2 cores).
+const HARNESS_JVM_FLAGS: &str = "-Xmx256m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xss512k";
+const IP: Ipv4Addr = Ipv4Addr::LOCALHOST;
+/// Instances per application (the performance-anchors fixture: apps × 20).
+const PER_APP: usize = 20;
+const PROBE_APP: &str = "BENCH-PROBE";
+const PROBE_ID: &str = "bench-probe.internal:bench-probe:8080";
+
+// === settings ===
+
+fn env_or<T: FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
+}
+
+struct Settings {
+    instances: usize,
+    workers: usize,
+    phase: Duration,
+    warmup: Duration,
+    mixed: Duration,
+    java_nocache: bool,
+    jvm_flags: Vec<String>,
+    /// Per second: heartbeats, registrations, status changes, full fetches, delta fetches.
+    rates: [f64; 5],
+    probe_timeout: Duration,
+}
+
+impl Settings {
+    fn from_env() -> Settings {
+        let rates_text = std::env::var("EO_BENCH_MIXED_RATES").unwrap_or_else(|_| "1000,5,5,20,50".into());
+        let parsed: Vec<f64> = rates_text.split(',').filter_map(|r| r.trim().parse().ok()).collect();
+        let rates = <[f64; 5]>::try_from(parsed).unwrap_or([1000.0, 5.0, 5.0, 20.0, 50.0]);
+        Settings {
+            instances: env_or("EO_BENCH_INSTANCES", 2000usize).max(1),
+            workers: env_or("EO_BENCH_WORKERS", 32usize).max(1),
+            phase: Duration::from_secs_f64(env_or("EO_BENCH_SECS", 10.0)),
+            warmup: Duration::from_secs_f64(env_or("EO_BENCH_WARMUP_SECS", 8.0)),
+            mixed: Duration::from_secs_f64(env_or("EO_BENCH_MIXED_SECS", 15.0)),
+            java_nocache: env_or("EO_BENCH_JAVA_NOCACHE", 1u8) != 0,
+            jvm_flags: std::env::var("EO_BENCH_JVM_FLAGS")
+                .unwrap_or_else(|_| HARNESS_JVM_FLAGS.into())
+                .split_whitespace()
+                .map(str::to_string)
+                .collect(),
+            rates: rates.map(|r| r.max(0.0)),
+            probe_timeout: Duration::from_secs(35),
+        }
+    }
+}
+
+// === the fixture: N instances as a Spring client registers them ===
+
+struct Instance {
+    app: String,
+    id: String,
+    body: Bytes,
+}
+
+struct Fixture {
+    instances: Vec<Instance>,
+    /// The `lastDirtyTimestamp` of every registration, sent back with each heartbeat.
+    ldt: i64,
+    probe_body: Bytes,
+}
+
+/// `{"instance": …}` as Spring's RestClient/RestTemplate transport sends it: numbers as numbers,
+/// explicit nulls, three metadata keys, a 600 s lease so nothing expires during the run.
+fn spring_body(app: &str, id: &str, host: &str, ip: &str, vip: &str, ldt: i64) -> Bytes {
+    let mut v = spring_instance(app, id, host, ip, 8080, vip, ldt);
+    v["leaseInfo"]["durationInSecs"] = json!(600);
+    v["metadata"] = json!({"management.port": "8080", "zone": "zone-a", "version": "1.4.2"});
+    Bytes::from(serde_json::to_vec(&json!({ "instance": v })).expect("json"))
+}
+
+impl Fixture {
+    fn new(n: usize) -> Fixture {
+        let ldt = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(1_700_000_000_000);
+        let instances = (0..n)
+            .map(|i| {
+                let (a, j) = (i / PER_APP, i % PER_APP);
+                let vip = format!("bench-app-{a:04}");
+                let app = vip.to_ascii_uppercase();
+                let ip = format!("10.{}.{}.{}", (i >> 16) & 255, (i >> 8) & 255, i & 255);
+                let host = format!("bench-app-{a:04}-{j:02}.pods.internal");
+                let id = format!("{host}:{vip}:8080");
+                let body = spring_body(&app, &id, &host, &ip, &vip, ldt);
+                Instance { app, id, body }
+            })
+            .collect();
+        let probe_body = spring_body(
+            PROBE_APP,
+            PROBE_ID,
+            "bench-probe.internal",
+            "10.255.255.254",
+            "bench-probe",
+            ldt,
+        );
+        Fixture {
+            instances,
+            ldt,
+            probe_body,
+        }
+    }
+}
+
+// === /proc ===
+
+fn clk_tck() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 { t as f64 } else { 100.0 }
+}
+
+/// User + system CPU seconds of `pid` (all its threads).
+fn cpu_secs(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return f64::NAN;
+    };
+    // The fields after the command name, which may hold spaces: state is field 3, utime 14, stime 15.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(f64::NAN);
+    (ticks(11) + ticks(12)) / clk_tck()
+}
+
+/// VmRSS of `pid` in MB.
+fn rss_mb(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<f64>().ok())
+        })
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(f64::NAN)
+}
+
+// === the load generator ===
+
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    Register(usize),
+    Heartbeat(usize),
+    Full,
+    Delta,
+    /// `PUT …/status?value=OUT_OF_SERVICE`
+    StatusOos(usize),
+    /// `DELETE …/status?value=UP` (removes the override)
+    StatusClear(usize),
+}
+
+/// Everything a request needs, built before any measurement so the generator does the same work
+/// per request for every server.
+struct Load {
+    client: reqwest::Client,
+    fx: Arc<Fixture>,
+    app_urls: Vec<String>,
+    hb_urls: Vec<String>,
+    oos_urls: Vec<String>,
+    clear_urls: Vec<String>,
+    full_url: String,
+    delta_url: String,
+}
+
+fn client() -> reqwest::Client {
+    // `no_gzip`: we ask for gzip ourselves and keep the compressed bytes (what goes over the wire);
+    // decompressing every payload would only add generator CPU.
+    reqwest::Client::builder()
+        .no_gzip()
+        .pool_max_idle_per_host(512)
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("http client")
+}
+
+impl Load {
+    fn new(base: &str, fx: Arc<Fixture>) -> Load {
+        let ldt = fx.ldt;
+        let inst = |f: &dyn Fn(&Instance) -> String| fx.instances.iter().map(f).collect::<Vec<_>>();
+        Load {
+            client: client(),
+            app_urls: inst(&|i| format!("{base}apps/{}", i.app)),
+            hb_urls: inst(&|i| format!("{base}apps/{}/{}?status=UP&lastDirtyTimestamp={ldt}", i.app, i.id)),
+            oos_urls: inst(&|i| {
+                format!(
+                    "{base}apps/{}/{}/status?value=OUT_OF_SERVICE&lastDirtyTimestamp={ldt}",
+                    i.app, i.id
+                )
+            }),
+            clear_urls: inst(&|i| format!("{base}apps/{}/{}/status?value=UP&lastDirtyTimestamp={ldt}", i.app, i.id)),
+            full_url: format!("{base}apps/"),
+            delta_url: format!("{base}apps/delta"),
+            fx,
+        }
+    }
+
+    /// Sends one request; `Ok(body bytes)` on a 2xx.
+    async fn exec(&self, op: Op) -> Result<u64, String> {
+        let c = &self.client;
+        let req = match op {
+            Op::Register(i) => c
+                .post(&self.app_urls[i])
+                .header(CONTENT_TYPE, "application/json")
+                .body(self.fx.instances[i].body.clone()),
+            Op::Heartbeat(i) => c.put(&self.hb_urls[i]),
+            Op::Full => c.get(&self.full_url),
+            Op::Delta => c.get(&self.delta_url),
+            Op::StatusOos(i) => c.put(&self.oos_urls[i]),
+            Op::StatusClear(i) => c.delete(&self.clear_urls[i]),
+        }
+        .header(ACCEPT, "application/json")
+        .header(ACCEPT_ENCODING, "gzip");
+        let resp = req.send().await.map_err(|e| format!("{op:?}: {e}"))?;
+        let status = resp.status();
+        let body = resp.bytes().await.map_err(|e| format!("{op:?}: {e}"))?;
+        if status.is_success() {
+            Ok(body.len() as u64)
+        } else {
+            let text = String::from_utf8_lossy(&body[..body.len().min(160)]).into_owned();
+            Err(format!("{op:?}: {status} {text}"))
+        }
+    }
+}
+
+/// What one phase (or one stream of a phase) measured.
+#[derive(Default)]
+struct Run {
+    lat_us: Vec<u32>,
+    ok: u64,
+    errors: u64,
+    first_error: Option<String>,
+    bytes: u64,
+    wall: Duration,
+    server_cpu: f64,
+    gen_cpu: f64,
+}
+
+impl Run {
+    fn record(&mut self, took: Duration, r: Result<u64, String>) {
+        self.lat_us.push(took.as_micros().min(u32::MAX as u128) as u32);
+        match r {
+            Ok(b) => {
+                self.ok += 1;
+                self.bytes += b;
+            }
+            Err(e) => {
+                self.errors += 1;
+                self.first_error.get_or_insert(e);
+            }
+        }
+    }
+
+    fn merge(&mut self, other: Run) {
+        self.lat_us.extend(other.lat_us);
+        self.ok += other.ok;
+        self.errors += other.errors;
+        self.bytes += other.bytes;
+        if self.first_error.is_none() {
+            self.first_error = other.first_error;
+        }
+    }
+
+    fn finish(mut self, wall: Duration, server_cpu: f64, gen_cpu: f64) -> Run {
+        self.lat_us.sort_unstable();
+        self.wall = wall;
+        self.server_cpu = server_cpu;
+        self.gen_cpu = gen_cpu;
+        self
+    }
+
+    fn rate(&self) -> f64 {
+        self.ok as f64 / self.wall.as_secs_f64().max(1e-9)
+    }
+
+    /// The `p`th percentile latency in ms.
+    fn pct(&self, p: f64) -> f64 {
+        if self.lat_us.is_empty() {
+            return f64::NAN;
+        }
+        let i = ((self.lat_us.len() as f64 * p / 100.0) as usize).min(self.lat_us.len() - 1);
+        f64::from(self.lat_us[i]) / 1000.0
+    }
+
+    /// Server CPU milliseconds per 1000 successful requests.
+    fn cpu_per_1k(&self) -> f64 {
+        self.server_cpu * 1e6 / (self.ok.max(1) as f64)
+    }
+
+    fn gen_cpu_per_1k(&self) -> f64 {
+        self.gen_cpu * 1e6 / (self.ok.max(1) as f64)
+    }
+}
+
+/// CPU counters of the server and of this process, to diff around a phase.
+struct CpuMark(f64, f64, Instant);
+
+impl CpuMark {
+    fn now(pid: u32) -> CpuMark {
+        CpuMark(cpu_secs(pid), cpu_secs(std::process::id()), Instant::now())
+    }
+
+    fn finish(&self, pid: u32, run: Run) -> Run {
+        let wall = self.2.elapsed();
+        let server = cpu_secs(pid) - self.0;
+        let generator = cpu_secs(std::process::id()) - self.1;
+        run.finish(wall, server, generator)
+    }
+}
+
+type Pick = Arc<dyn Fn(usize, u64) -> Op + Send + Sync>;
+/// An open-loop stream: requests per second, and the `k`th request.
+type Stream = (f64, Arc<dyn Fn(u64) -> Op + Send + Sync>);
+
+/// Runs `worker(w)` for each of `workers` workers on its own task and merges what they measured.
+async fn join_workers<F, Fut>(workers: usize, worker: F) -> Run
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = Run> + Send + 'static,
+{
+    let tasks: Vec<_> = (0..workers).map(|w| tokio::spawn(worker(w))).collect();
+    let mut run = Run::default();
+    for t in tasks {
+        run.merge(t.await.expect("worker"));
+    }
+    run
+}
+
+/// `workers` workers, each sending its next request as soon as the previous one is answered,
+/// for `dur`.
+async fn closed_loop(load: &Arc<Load>, pid: u32, workers: usize, dur: Duration, pick: Pick) -> Run {
+    let mark = CpuMark::now(pid);
+    let deadline = Instant::now() + dur;
+    let run = join_workers(workers, |w| {
+        let (load, pick) = (load.clone(), pick.clone());
+        async move {
+            let mut part = Run::default();
+            let mut k = 0u64;
+            while Instant::now() < deadline {
+                let op = pick(w, k);
+                let t = Instant::now();
+                let r = load.exec(op).await;
+                part.record(t.elapsed(), r);
+                k += 1;
+            }
+            part
+        }
+    })
+    .await;
+    mark.finish(pid, run)
+}
+
+/// Every index in `0..n` sent once, by `workers` workers.
+async fn each_once(load: &Arc<Load>, pid: u32, workers: usize, n: usize, op: fn(usize) -> Op) -> Run {
+    let mark = CpuMark::now(pid);
+    let next = Arc::new(AtomicUsize::new(0));
+    let run = join_workers(workers, |_| {
+        let (load, next) = (load.clone(), next.clone());
+        async move {
+            let mut part = Run::default();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= n {
+                    break;
+                }
+                let t = Instant::now();
+                let r = load.exec(op(i)).await;
+                part.record(t.elapsed(), r);
+            }
+            part
+        }
+    })
+    .await;
+    mark.finish(pid, run)
+}
+
+/// Open loop: each stream sends at its own fixed rate whatever the answers do, every request on
+/// its own task; latency counts from the moment the request was due (no coordinated omission).
+async fn open_loop(load: &Arc<Load>, pid: u32, dur: Duration, streams: Vec<Stream>) -> Vec<Run> {
+    let mark = CpuMark::now(pid);
+    let deadline = tokio::time::Instant::now() + dur;
+    let handles: Vec<_> = streams
+        .into_iter()
+        .map(|(rate, op)| {
+            let load = load.clone();
+            tokio::spawn(async move {
+                let mut run = Run::default();
+                if rate <= 0.0 {
+                    return run;
+                }
+                let mut every = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+                every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+                let mut sent = Vec::new();
+                let mut k = 0u64;
+                loop {
+                    let due = every.tick().await;
+                    if due >= deadline {
+                        break;
+                    }
+                    let (load, op) = (load.clone(), op(k));
+                    sent.push(tokio::spawn(async move {
+                        let r = load.exec(op).await;
+                        (due.elapsed(), r)
+                    }));
+                    k += 1;
+                }
+                for s in sent {
+                    let (took, r) = s.await.expect("request task");
+                    run.record(took, r);
+                }
+                run
+            })
+        })
+        .collect();
+    let mut runs = Vec::new();
+    for h in handles {
+        runs.push(h.await.expect("stream"));
+    }
+    let wall = mark.2.elapsed();
+    let (server, generator) = (cpu_secs(pid) - mark.0, cpu_secs(std::process::id()) - mark.1);
+    runs.into_iter().map(|r| r.finish(wall, server, generator)).collect()
+}
+
+/// `rounds` times: a status change, then one full and one delta fetch, one request at a time.
+/// A server that encodes per registry version pays the encoding here; a stale cache does not.
+async fn fetch_after_write(load: &Arc<Load>, rounds: u64) -> (Run, Run) {
+    let (mut full, mut delta) = (Run::default(), Run::default());
+    let span = load.fx.instances.len().min(100) as u64;
+    for k in 0..rounds {
+        let i = ((k / 2) % span) as usize;
+        let write = if k % 2 == 0 {
+            Op::StatusOos(i)
+        } else {
+            Op::StatusClear(i)
+        };
+        if let Err(e) = load.exec(write).await {
+            full.errors += 1;
+            full.first_error.get_or_insert(e);
+            continue;
+        }
+        for (op, run) in [(Op::Full, &mut full), (Op::Delta, &mut delta)] {
+            let t = Instant::now();
+            let r = load.exec(op).await;
+            run.record(t.elapsed(), r);
+        }
+    }
+    (
+        full.finish(Duration::ZERO, 0.0, 0.0),
+        delta.finish(Duration::ZERO, 0.0, 0.0),
+    )
+}
+
+// === payload inspection ===
+
+struct PayloadInfo {
+    wire: usize,
+    raw: usize,
+    instances: usize,
+    gzip: bool,
+}
+
+fn decompress(body: &[u8], gzip: bool) -> Vec<u8> {
+    if !gzip {
+        return body.to_vec();
+    }
+    let mut out = Vec::new();
+    let _ = flate2::read::GzDecoder::new(body).read_to_end(&mut out);
+    out
+}
+
+/// One `GET` with the Spring client's headers: wire and raw size, and how many instances it holds.
+async fn inspect(client: &reqwest::Client, url: &str) -> Result<(PayloadInfo, Vec<u8>), String> {
+    let resp = client
+        .get(url)
+        .header(ACCEPT, "application/json")
+        .header(ACCEPT_ENCODING, "gzip")
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let gzip = resp
+        .headers()
+        .get("content-encoding")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"gzip"));
+    let status = resp.status();
+    let body = resp.bytes().await.map_err(|e| e.to_string())?;
+    if !status.is_success() {
+        return Err(format!("{url}: {status}"));
+    }
+    let raw = decompress(&body, gzip);
+    let doc: Value = serde_json::from_slice(&raw).map_err(|e| format!("{url}: not JSON: {e}"))?;
+    let apps = &doc["applications"]["application"];
+    let count = |app: &Value| match &app["instance"] {
+        Value::Array(a) => a.len(),
+        Value::Object(_) => 1,
+        _ => 0,
+    };
+    let instances = match apps {
+        Value::Array(a) => a.iter().map(count).sum(),
+        Value::Object(_) => count(apps),
+        _ => 0,
+    };
+    Ok((
+        PayloadInfo {
+            wire: body.len(),
+            raw: raw.len(),
+            instances,
+            gzip,
+        },
+        raw,
+    ))
+}
+
+/// Registers the probe instance and polls the full registry (as a client would) until it shows;
+/// the time from the registration's answer to the first fetch that holds it.
+async fn visibility_probe(load: Arc<Load>, timeout: Duration) -> Option<Duration> {
+    let register = load
+        .client
+        .post(format!("{}{PROBE_APP}", load.full_url))
+        .header(CONTENT_TYPE, "application/json")
+        .header(ACCEPT, "application/json")
+        .body(load.fx.probe_body.clone())
+        .send()
+        .await
+        .ok()
+        .filter(|r| r.status().is_success());
+    register?;
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if let Ok((_, raw)) = inspect(&load.client, &load.full_url).await
+            && raw.windows(PROBE_ID.len()).any(|w| w == PROBE_ID.as_bytes())
+        {
+            return Some(start.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
+// === servers ===
+
+enum Handle {
+    Ours(Box<Server>),
+    Java(Proc, tempfile::TempDir),
+}
+
+struct Target {
+    label: &'static str,
+    base: String,
+    pid: u32,
+    startup: Duration,
+    handle: Handle,
+}
+
+impl Target {
+    async fn ours() -> Target {
+        let started = Instant::now();
+        // Default flags (EUREKA_LOG=info is the default; the harness would turn on debug).
+        let server = Server::start_with_env(IP, &[], &[("EUREKA_LOG", "info")]).await;
+        Target {
+            label: "ours",
+            base: server.url(),
+            pid: server.proc.pid() as u32,
+            startup: started.elapsed(),
+            handle: Handle::Ours(Box::new(server)),
+        }
+    }
+
+    async fn java(ro_cache: bool, flags: &[String]) -> Option<Target> {
+        let jar = peers::require("EUREKA_PEER_JAVA_SERVER_JAR", "registry_vs_java")?;
+        let port = free_port(IP);
+        let dir = scratch_dir("bench-java");
+        let mut cmd = Command::new("java");
+        cmd.args(flags)
+            .arg("-jar")
+            .arg(&jar)
+            .arg(format!("--server.address={IP}"))
+            .arg(format!("--server.port={port}"))
+            .arg("--spring.main.banner-mode=off")
+            .arg(format!("--eureka.instance.hostname={IP}"))
+            .arg(format!("--eureka.instance.ip-address={IP}"))
+            .arg("--eureka.client.register-with-eureka=false")
+            .arg("--eureka.client.fetch-registry=false")
+            .arg("--eureka.server.enable-self-preservation=false");
+        if !ro_cache {
+            cmd.arg("--eureka.server.use-read-only-response-cache=false");
+        }
+        let started = Instant::now();
+        let mut proc = Proc::spawn("java-eureka-server", cmd, &dir.path().join("java-server.log"));
+        let base = format!("http://{IP}:{port}/eureka/");
+        let http = client();
+        // Ready when `GET apps` answers 200. Asked in XML: a JSON read here would put the empty
+        // registry into the read-only cache's JSON entry, which then stays for up to 30 s.
+        loop {
+            if let Ok(r) = http
+                .get(format!("{base}apps"))
+                .header(ACCEPT, "application/xml")
+                .send()
+                .await
+                && r.status().is_success()
+            {
+                break;
+            }
+            if proc.try_exit().is_some() || started.elapsed() > Duration::from_secs(180) {
+                panic!("the Java Eureka server did not start:\n{}", proc.log_tail(40));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Some(Target {
+            label: if ro_cache { "java" } else { "java-nocache" },
+            base,
+            pid: proc.pid() as u32,
+            startup: started.elapsed(),
+            handle: Handle::Java(proc, dir),
+        })
+    }
+
+    fn stop(self) {
+        match self.handle {
+            Handle::Ours(mut s) => {
+                s.proc.terminate(Duration::from_secs(5));
+            }
+            Handle::Java(mut p, _dir) => {
+                p.terminate(Duration::from_secs(10));
+            }
+        }
+    }
+
+    fn log_tail(&self) -> String {
+        match &self.handle {
+            Handle::Ours(s) => s.proc.log_tail(10),
+            Handle::Java(p, _) => p.log_tail(10),
+        }
+    }
+}
+
+// === results ===
+
+#[derive(Clone, Copy, PartialEq)]
+enum Better {
+    Higher,
+    Lower,
+    /// Informational: the ratio is ours/Java and neither direction is "better".
+    Info,
+    /// No ratio (counts that should be zero, booleans).
+    None,
+}
+
+struct Metric {
+    name: String,
+    value: f64,
+    decimals: usize,
+    better: Better,
+}
+
+#[derive(Default)]
+struct Results {
+    metrics: Vec<Metric>,
+    notes: Vec<String>,
+}
+
+impl Results {
+    fn add(&mut self, name: impl Into<String>, value: f64, decimals: usize, better: Better) {
+        self.metrics.push(Metric {
+            name: name.into(),
+            value,
+            decimals,
+            better,
+        });
+    }
+
+    fn errors(&mut self, phase: &str, run: &Run) {
+        self.add(
+            format!("{phase}: errors (non-2xx or transport)"),
+            run.errors as f64,
+            0,
+            Better::None,
+        );
+        if let Some(e) = &run.first_error {
+            self.notes.push(format!("{phase}: {} errors, first: {e}", run.errors));
+        }
+    }
+
+    /// Rate, p50, p99, server CPU per 1k, errors.
+    fn closed(&mut self, phase: &str, unit: &str, run: &Run) {
+        self.add(format!("{phase}: {unit}/s"), run.rate(), 0, Better::Higher);
+        self.add(format!("{phase}: p50 latency (ms)"), run.pct(50.0), 2, Better::Lower);
+        self.add(format!("{phase}: p99 latency (ms)"), run.pct(99.0), 2, Better::Lower);
+        self.add(
+            format!("{phase}: server CPU ms per 1k requests"),
+            run.cpu_per_1k(),
+            1,
+            Better::Lower,
+        );
+        self.errors(phase, run);
+    }
+}
+
+/// The whole benchmark against one server.
+async fn measure(target: &Target, fx: &Arc<Fixture>, s: &Settings) -> Results {
+    let mut out = Results::default();
+    let pid = target.pid;
+    let n = fx.instances.len();
+    let load = Arc::new(Load::new(&target.base, fx.clone()));
+    let log = |what: &str| eprintln!("[{:>12}] {what}", target.label);
+    out.add(
+        "start-up until /eureka/apps answers (s)",
+        target.startup.as_secs_f64(),
+        2,
+        Better::Lower,
+    );
+    let rss_idle = rss_mb(pid);
+    out.add("RSS idle after start (MB)", rss_idle, 1, Better::Lower);
+
+    log(&format!("registering {n} instances (cold server)"));
+    let reg = each_once(&load, pid, s.workers, n, Op::Register).await;
+    out.closed("register N, cold server", "registrations", &reg);
+    let rss_reg = rss_mb(pid);
+    out.add("RSS after registering N (MB)", rss_reg, 1, Better::Lower);
+    out.add(
+        "RSS growth per instance registered (KB)",
+        (rss_reg - rss_idle) * 1024.0 / n as f64,
+        2,
+        Better::Lower,
+    );
+
+    log(&format!("warming up for {:?}", s.warmup));
+    let w = s.workers;
+    let warm = closed_loop(
+        &load,
+        pid,
+        w,
+        s.warmup,
+        Arc::new(move |wk, k| match k % 10 {
+            0 => Op::Full,
+            1 => Op::Delta,
+            _ => Op::Heartbeat((wk + k as usize * w) % n),
+        }),
+    )
+    .await;
+    if warm.errors > 0 {
+        out.notes.push(format!(
+            "warm-up: {} errors, first: {}",
+            warm.errors,
+            warm.first_error.clone().unwrap_or_default()
+        ));
+    }
+
+    log("re-registering N (warm)");
+    let rereg = each_once(&load, pid, s.workers, n, Op::Register).await;
+    out.closed("re-register N, warm server", "registrations", &rereg);
+
+    log(&format!("heartbeats for {:?}", s.phase));
+    let hb = closed_loop(
+        &load,
+        pid,
+        w,
+        s.phase,
+        Arc::new(move |wk, k| Op::Heartbeat((wk + k as usize * w) % n)),
+    )
+    .await;
+    out.closed("heartbeat", "heartbeats", &hb);
+    out.add(
+        "heartbeat: load-generator CPU ms per 1k (same code for both)",
+        hb.gen_cpu_per_1k(),
+        1,
+        Better::Info,
+    );
+
+    for (phase, op, url) in [
+        ("full fetch", Op::Full, load.full_url.clone()),
+        ("delta fetch", Op::Delta, load.delta_url.clone()),
+    ] {
+        match inspect(&load.client, &url).await {
+            Ok((p, _)) => {
+                out.add(
+                    format!("{phase}: instances in the payload"),
+                    p.instances as f64,
+                    0,
+                    Better::Info,
+                );
+                out.add(
+                    format!("{phase}: bytes on the wire (gzip)"),
+                    p.wire as f64,
+                    0,
+                    Better::Info,
+                );
+                out.add(
+                    format!("{phase}: bytes of JSON (decompressed)"),
+                    p.raw as f64,
+                    0,
+                    Better::Info,
+                );
+                if !p.gzip {
+                    out.notes.push(format!("{phase}: the answer was not gzip-encoded"));
+                }
+            }
+            Err(e) => out.notes.push(format!("{phase}: inspection failed: {e}")),
+        }
+        log(&format!("{phase} for {:?}", s.phase));
+        let run = closed_loop(&load, pid, w, s.phase, Arc::new(move |_, _| op)).await;
+        out.closed(phase, "fetches", &run);
+        out.add(
+            format!("{phase}: MB/s on the wire"),
+            run.bytes as f64 / 1e6 / run.wall.as_secs_f64(),
+            1,
+            Better::Higher,
+        );
+    }
+
+    log("fetches right after a write");
+    let (miss_full, miss_delta) = fetch_after_write(&load, 20).await;
+    for (what, run) in [("full", &miss_full), ("delta", &miss_delta)] {
+        out.add(
+            format!("{what} fetch right after a write (sequential, idle server): p50 (ms)"),
+            run.pct(50.0),
+            2,
+            Better::Lower,
+        );
+        if run.errors > 0 {
+            out.notes.push(format!(
+                "{what} fetch after a write: {} errors, first: {}",
+                run.errors,
+                run.first_error.clone().unwrap_or_default()
+            ));
+        }
+    }
+
+    log(&format!("mixed load for {:?}", s.mixed));
+    let [hb_rate, reg_rate, st_rate, full_rate, delta_rate] = s.rates;
+    let probe = tokio::spawn(visibility_probe(load.clone(), s.probe_timeout));
+    // Status changes take the first instances in turn: OUT_OF_SERVICE, then the override removed.
+    let status_span = n.min(100);
+    let streams: Vec<Stream> = vec![
+        (hb_rate, Arc::new(move |k| Op::Heartbeat(k as usize % n))),
+        (reg_rate, Arc::new(move |k| Op::Register((k as usize * 7919) % n))),
+        (
+            st_rate,
+            Arc::new(move |k| {
+                let i = (k as usize / 2) % status_span;
+                if k % 2 == 0 {
+                    Op::StatusOos(i)
+                } else {
+                    Op::StatusClear(i)
+                }
+            }),
+        ),
+        (full_rate, Arc::new(|_| Op::Full)),
+        (delta_rate, Arc::new(|_| Op::Delta)),
+    ];
+    let runs = open_loop(&load, pid, s.mixed, streams).await;
+    let [m_hb, m_reg, m_st, m_full, m_delta] = <[Run; 5]>::try_from(runs).ok().expect("five streams");
+    let phase = "mixed";
+    out.notes.push(format!(
+        "mixed samples: {} heartbeats, {} writes, {} full and {} delta fetches (a p99 of few samples is a near-worst case)",
+        m_hb.lat_us.len(),
+        m_reg.lat_us.len() + m_st.lat_us.len(),
+        m_full.lat_us.len(),
+        m_delta.lat_us.len()
+    ));
+    out.add(
+        format!("{phase}: full fetch p50 (ms)"),
+        m_full.pct(50.0),
+        2,
+        Better::Lower,
+    );
+    out.add(
+        format!("{phase}: full fetch p99 (ms)"),
+        m_full.pct(99.0),
+        2,
+        Better::Lower,
+    );
+    out.add(
+        format!("{phase}: delta fetch p50 (ms)"),
+        m_delta.pct(50.0),
+        2,
+        Better::Lower,
+    );
+    out.add(
+        format!("{phase}: delta fetch p99 (ms)"),
+        m_delta.pct(99.0),
+        2,
+        Better::Lower,
+    );
+    out.add(format!("{phase}: heartbeat p99 (ms)"), m_hb.pct(99.0), 2, Better::Lower);
+    let mut writes = Run::default();
+    writes.merge(m_reg);
+    writes.merge(m_st);
+    writes.lat_us.sort_unstable();
+    out.add(
+        format!("{phase}: register/status write p99 (ms)"),
+        writes.pct(99.0),
+        2,
+        Better::Lower,
+    );
+    let wall = m_hb.wall.as_secs_f64();
+    out.add(
+        format!("{phase}: server CPU (cores busy, same offered load)"),
+        m_hb.server_cpu / wall,
+        3,
+        Better::Lower,
+    );
+    let total_ok = m_hb.ok + writes.ok + m_full.ok + m_delta.ok;
+    let total_err = m_hb.errors + writes.errors + m_full.errors + m_delta.errors;
+    out.add(
+        format!(
+            "{phase}: requests answered per second (offered {:.0}/s)",
+            s.rates.iter().sum::<f64>()
+        ),
+        total_ok as f64 / wall,
+        0,
+        Better::Higher,
+    );
+    let mut errs = Run {
+        errors: total_err,
+        ..Run::default()
+    };
+    for r in [&m_hb, &writes, &m_full, &m_delta] {
+        if errs.first_error.is_none() {
+            errs.first_error = r.first_error.clone();
+        }
+    }
+    out.errors(phase, &errs);
+    log("waiting for the visibility probe");
+    let visible = probe.await.ok().flatten();
+    out.add(
+        "write visibility: registration → first full fetch holding it (s)",
+        visible.map(|d| d.as_secs_f64()).unwrap_or(f64::NAN),
+        2,
+        Better::Lower,
+    );
+    if visible.is_none() {
+        out.notes
+            .push(format!("visibility probe: not visible after {:?}", s.probe_timeout));
+    }
+    let rss_end = rss_mb(pid);
+    out.add("RSS at the end (MB)", rss_end, 1, Better::Lower);
+    if out.notes.iter().any(|n| n.contains("errors")) {
+        out.notes
+            .push(format!("{} log tail:\n{}", target.label, target.log_tail()));
+    }
+    out
+}
+
+// === the report ===
+
+fn fmt_value(v: f64, decimals: usize) -> String {
+    if v.is_nan() {
+        return "–".into();
+    }
+    if decimals == 0 && v.abs() >= 10_000.0 {
+        // Thousands separators for big counts.
+        let s = format!("{:.0}", v);
+        let (sign, digits) = s.strip_prefix('-').map(|d| ("-", d)).unwrap_or(("", &s));
+        let mut out = String::new();
+        for (i, c) in digits.chars().enumerate() {
+            if i > 0 && (digits.len() - i) % 3 == 0 {
+                out.push(',');
+            }
+            out.push(c);
+        }
+        return format!("{sign}{out}");
+    }
+    format!("{v:.decimals$}")
+}
+
+fn ratio(ours: f64, java: f64, better: Better) -> String {
+    let r = match better {
+        Better::Higher | Better::Info => ours / java,
+        Better::Lower => java / ours,
+        Better::None => return "–".into(),
+    };
+    if r.is_finite() && r > 0.0 {
+        format!("{r:.2}×")
+    } else {
+        "–".into()
+    }
+}
+
+fn ratio_is(better: Better) -> &'static str {
+    match better {
+        Better::Higher => "ours/Java, >1 = ours better",
+        Better::Lower => "Java/ours, >1 = ours better",
+        Better::Info => "ours/Java (information)",
+        Better::None => "should be 0",
+    }
+}
+
+fn first_line(cmd: &str, args: &[&str]) -> String {
+    Command::new(cmd)
+        .args(args)
+        .output()
+        .ok()
+        .map(|o| {
+            let text = if o.stdout.is_empty() { o.stderr } else { o.stdout };
+            String::from_utf8_lossy(&text)
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_string()
+        })
+        .unwrap_or_default()
+}
+
+fn machine_note() -> String {
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, m)| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!(
+        "{cpus} cores ({model}), shared with the load generator and other work; kernel {}",
+        kernel.trim()
+    )
+}
+
+fn print_report(s: &Settings, fx: &Fixture, results: &[(&str, Results)], elapsed: Duration) {
+    let n = fx.instances.len();
+    let git = first_line(
+        "git",
+        &["-C", env!("CARGO_MANIFEST_DIR"), "describe", "--always", "--dirty"],
+    );
+    println!();
+    println!("## eureka-operator vs Spring Cloud Netflix Eureka server (same run)");
+    println!();
+    println!("* Machine: {}.", machine_note());
+    println!(
+        "  Absolute figures are noise on this machine; quote the ratios, which compare servers measured minutes apart under the same load generator."
+    );
+    let flags = s.jvm_flags.join(" ");
+    let origin = if flags == HARNESS_JVM_FLAGS {
+        "the test harness's fast-start set, C1 only; `EO_BENCH_JVM_FLAGS` overrides"
+    } else {
+        "from `EO_BENCH_JVM_FLAGS`"
+    };
+    println!(
+        "* Versions: eureka-operator {git} (release build, default flags); {}; JVM flags `{flags}` ({origin}).",
+        first_line("java", &["-version"]),
+    );
+    println!(
+        "* Java server: default `eureka.server.*` settings except `enable-self-preservation=false`; `register-with-eureka=false`, `fetch-registry=false`. The second Java column adds `use-read-only-response-cache=false`."
+    );
+    println!(
+        "* Workload: N = {n} instances ({} apps × {PER_APP}), Spring-client JSON bodies (3 metadata keys, 600 s leases, so nothing expires); {} concurrent workers (closed loop) for {:?} per phase; the servers run one at a time, in the column order.",
+        n.div_ceil(PER_APP),
+        s.workers,
+        s.phase
+    );
+    println!(
+        "* Warm-up: after the cold registration each server gets {:?} of heartbeats + full + delta fetches (JIT) before the measured phases; \"re-register N\" is then measured warm.",
+        s.warmup
+    );
+    println!(
+        "* Fetches send the Spring client's headers (`Accept: application/json`, `Accept-Encoding: gzip`); bytes are compressed wire bytes. The delta holds all N instances in every server, since all were registered inside the 180 s delta retention window."
+    );
+    println!(
+        "* Mixed ({:?}, open loop, latency counted from when each request was due): {} heartbeats/s, {} re-registrations/s, {} status changes/s (OUT_OF_SERVICE, then override removed), {} full and {} delta fetches/s, plus a probe polling the full registry for a newly registered instance.",
+        s.mixed, s.rates[0], s.rates[1], s.rates[2], s.rates[3], s.rates[4]
+    );
+    println!(
+        "* Caching: ours has no stale cache: payloads are cached per registry version, so a write is visible to the next read. Java's default read-only response cache is refreshed every 30 s, so its reads are cheap but up to 30 s stale (see the visibility row)."
+    );
+    println!(
+        "* Load generator: this process (tokio + reqwest), on the same 2 cores. It does the same work per request for every server, but costs more per request against Java (Tomcat closes each keep-alive connection after 100 requests, Spring Boot's default; fewer requests per wake-up), see the load-generator row. Closed-loop throughput is therefore bounded by the whole machine; CPU per 1k requests is the fairer efficiency figure."
+    );
+    println!(
+        "* \"Fetch right after a write\" is the price of freshness: ours (and Java without the read-only cache) encodes the registry again for the first read after each write; Java's default read-only cache answers from its 30 s snapshot."
+    );
+    println!(
+        "* CPU = utime + stime of the server process (/proc/<pid>/stat, all threads) during each phase, counted in {:.0} ms clock ticks (so ±1 tick on a phase: the registration rows of ours are coarse); RSS = VmRSS.",
+        1000.0 / clk_tck()
+    );
+    println!();
+    let labels: Vec<&str> = results
+        .iter()
+        .map(|(l, _)| match *l {
+            "ours" => "ours",
+            "java" => "Java (default, RO cache on)",
+            _ => "Java (RO cache off)",
+        })
+        .collect();
+    let (ours, javas) = results.split_first().expect("ours");
+    let mut header = format!("| metric | {} |", labels[0]);
+    let mut rule = "|---|---:|".to_string();
+    for l in &labels[1..] {
+        header.push_str(&format!(" {l} | ratio |"));
+        rule.push_str("---:|---:|");
+    }
+    header.push_str(" ratio is |");
+    rule.push_str("---|");
+    println!("{header}");
+    println!("{rule}");
+    let by_name: Vec<HashMap<&str, &Metric>> = javas
+        .iter()
+        .map(|(_, r)| r.metrics.iter().map(|m| (m.name.as_str(), m)).collect())
+        .collect();
+    for m in &ours.1.metrics {
+        let mut line = format!("| {} | {} |", m.name, fmt_value(m.value, m.decimals));
+        for j in &by_name {
+            match j.get(m.name.as_str()) {
+                Some(jm) => line.push_str(&format!(
+                    " {} | {} |",
+                    fmt_value(jm.value, jm.decimals),
+                    ratio(m.value, jm.value, m.better)
+                )),
+                None => line.push_str(" – | – |"),
+            }
+        }
+        line.push_str(&format!(" {} |", ratio_is(m.better)));
+        println!("{line}");
+    }
+    println!();
+    let notes: Vec<String> = results
+        .iter()
+        .flat_map(|(l, r)| r.notes.iter().map(move |n| format!("* {l}: {n}")))
+        .collect();
+    if !notes.is_empty() {
+        println!("Notes:");
+        for n in notes {
+            println!("{n}");
+        }
+        println!();
+    }
+    println!("Total benchmark time: {:.0} s.", elapsed.as_secs_f64());
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    runtime.block_on(run());
+}
+
+async fn run() {
+    let started = Instant::now();
+    let s = Settings::from_env();
+    if peers::lookup("EUREKA_PEER_JAVA_SERVER_JAR").is_none() {
+        eprintln!(
+            "registry_vs_java: the Java Eureka server peer is missing; run tests/peers/setup (nothing to compare against)"
+        );
+        let _ = peers::require("EUREKA_PEER_JAVA_SERVER_JAR", "registry_vs_java");
+        return;
+    }
+    let fx = Arc::new(Fixture::new(s.instances));
+    let mut results: Vec<(&str, Results)> = Vec::new();
+
+    let ours = Target::ours().await;
+    results.push(("ours", measure(&ours, &fx, &s).await));
+    ours.stop();
+
+    let mut java_configs = vec![true];
+    if s.java_nocache {
+        java_configs.push(false);
+    }
+    for ro_cache in java_configs {
+        eprintln!("starting the Java Eureka server (read-only response cache {ro_cache})");
+        let Some(java) = Target::java(ro_cache, &s.jvm_flags).await else {
+            return;
+        };
+        let label = java.label;
+        results.push((label, measure(&java, &fx, &s).await));
+        java.stop();
+    }
+    print_report(&s, &fx, &results, started.elapsed());
+}
