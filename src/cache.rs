@@ -112,7 +112,9 @@ impl ResponseCache {
                 Some((v, at, cell)) if *v >= version && at.elapsed() < MAX_AGE => cell.clone(),
                 _ => {
                     if slots.len() >= MAX_ENTRIES {
-                        slots.clear();
+                        // Many application or VIP names (any client can ask for any): start
+                        // those over, but keep the registry-wide payloads everyone fetches.
+                        slots.retain(|(k, _), _| matches!(k, Key::Full | Key::Delta));
                     }
                     let cell: Cell = Arc::new(OnceCell::new());
                     slots.insert((key, format), (version, Instant::now(), cell.clone()));
@@ -246,5 +248,24 @@ mod tests {
         std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&a[..]), &mut out).unwrap();
         assert_eq!(out, "hello hello hello hello");
         assert!(Payload::new(Vec::new()).empty);
+    }
+
+    #[tokio::test]
+    async fn many_application_names_do_not_push_out_the_full_registry() {
+        let cache = ResponseCache::new();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let full = |calls: Arc<AtomicUsize>| {
+            move || {
+                calls.fetch_add(1, Ordering::SeqCst);
+                b"full".to_vec()
+            }
+        };
+        cache.get(Key::Full, Format::Json, 1, full(calls.clone())).await;
+        for i in 0..MAX_ENTRIES + 10 {
+            cache.get(Key::App(format!("APP-{i}")), Format::Json, 1, Vec::new).await;
+        }
+        assert!(cache.len() < MAX_ENTRIES);
+        cache.get(Key::Full, Format::Json, 1, full(calls.clone())).await;
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "the full payload was kept");
     }
 }

@@ -133,12 +133,11 @@ pub enum Command {
         id: String,
         entries: Metadata,
     },
-    /// Creates or updates the instance of a pod. `info.status` is what the pod's state maps to;
-    /// `override_status` is the override its EurekaApp asks for (`UNKNOWN` for none).
+    /// Creates or updates the instance of a pod. `info.status` is what the pod's state maps to.
     UpsertPod {
         info: InstanceInfo,
         owner: PodOwner,
-        override_status: Status,
+        overrides: PodOverrides,
     },
     /// Deregisters a pod's instance (the pod went, stopped matching, or its drain ended).
     RemovePod {
@@ -215,6 +214,50 @@ pub struct Replication {
     /// Who asked for the write: Java never replicates what a peer replicated to it; where a
     /// record goes is the replicator's decision.
     pub source: Source,
+}
+
+/// The status overrides Kubernetes holds for a pod: the pod's annotation, where REST overrides are
+/// persisted, and its EurekaApp's (the first matching selector's, else the app-wide one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PodOverrides {
+    pub annotation: Option<Status>,
+    /// `UNKNOWN` for none.
+    pub spec: Status,
+}
+
+impl PodOverrides {
+    pub const NONE: PodOverrides = PodOverrides {
+        annotation: None,
+        spec: Status::Unknown,
+    };
+}
+
+/// A REST override on a pod instance that the pod's annotation does not show yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RestOverride {
+    Set(Status),
+    Deleted,
+}
+
+impl RestOverride {
+    /// Whether the annotation now records it (from then on the annotation is the truth, so a
+    /// `kubectl` edit of the annotation takes effect).
+    fn persisted(self, annotation: Option<Status>) -> bool {
+        match self {
+            RestOverride::Set(s) => annotation == Some(s),
+            RestOverride::Deleted => annotation.is_none(),
+        }
+    }
+}
+
+/// The override in force on a pod instance: a pending REST one, else the annotation, else the
+/// EurekaApp's (`UNKNOWN` for none).
+fn effective_override(overrides: PodOverrides, rest: Option<RestOverride>) -> Status {
+    match rest {
+        Some(RestOverride::Set(s)) => s,
+        Some(RestOverride::Deleted) => overrides.spec,
+        None => overrides.annotation.unwrap_or(overrides.spec),
+    }
 }
 
 /// A request from the registry to the controller: remember (or forget) a REST status override on
@@ -295,10 +338,10 @@ enum Origin {
         owner: PodOwner,
         /// What the pod's state maps to (before overrides).
         reported: Status,
-        /// The override the EurekaApp asks for.
-        owner_override: Status,
-        /// A REST status override on this pod instance, until the controller persists it.
-        api_override: Option<Status>,
+        /// The overrides Kubernetes holds for the pod.
+        overrides: PodOverrides,
+        /// A REST override, until the pod's annotation shows it.
+        rest: Option<RestOverride>,
     },
 }
 
@@ -429,11 +472,7 @@ impl Registry {
                 source,
             } => self.delete_status_override(&app, &id, status, last_dirty_timestamp, source, now),
             Command::UpdateMetadata { app, id, entries } => self.update_metadata(&app, &id, entries, now),
-            Command::UpsertPod {
-                info,
-                owner,
-                override_status,
-            } => self.upsert_pod(info, owner, override_status, now),
+            Command::UpsertPod { info, owner, overrides } => self.upsert_pod(info, owner, overrides, now),
             Command::RemovePod { app, id, owner } => self.remove_pod(&app, &id, &owner, now),
         }
     }
@@ -666,10 +705,8 @@ impl Registry {
         let entry = self.apps.get_mut(app).and_then(|a| a.get_mut(id)).expect("visible");
         entry.lease.renew(now);
         let pod_override = match &mut entry.origin {
-            Origin::Pod {
-                owner, api_override, ..
-            } => {
-                *api_override = Some(status);
+            Origin::Pod { owner, rest, .. } => {
+                *rest = Some(RestOverride::Set(status));
                 Some(PodOverride {
                     owner: owner.clone(),
                     status: Some(status),
@@ -727,10 +764,8 @@ impl Registry {
         let entry = self.apps.get_mut(app).and_then(|a| a.get_mut(id)).expect("visible");
         entry.lease.renew(now);
         let pod_override = match &mut entry.origin {
-            Origin::Pod {
-                owner, api_override, ..
-            } => {
-                *api_override = None;
+            Origin::Pod { owner, rest, .. } => {
+                *rest = Some(RestOverride::Deleted);
                 Some(PodOverride {
                     owner: owner.clone(),
                     status: None,
@@ -789,7 +824,7 @@ impl Registry {
         outcome
     }
 
-    fn upsert_pod(&mut self, mut info: InstanceInfo, owner: PodOwner, owner_override: Status, now: i64) -> Outcome {
+    fn upsert_pod(&mut self, mut info: InstanceInfo, owner: PodOwner, overrides: PodOverrides, now: i64) -> Outcome {
         let app = info.app.clone();
         let id = info.id().to_string();
         let existing = self
@@ -797,12 +832,10 @@ impl Registry {
             .get(&app)
             .and_then(|a| a.get(&id))
             .map(|e| (e.origin.clone(), e.info.clone()));
-        let api_override = match existing.as_ref().map(|(o, _)| o) {
+        let rest = match existing.as_ref().map(|(o, _)| o) {
             Some(Origin::Pod {
-                owner: held_by,
-                api_override,
-                ..
-            }) if *held_by == owner => *api_override,
+                owner: held_by, rest, ..
+            }) if *held_by == owner => rest.filter(|r| !r.persisted(overrides.annotation)),
             Some(Origin::Pod { owner: held_by, .. }) => {
                 return Outcome::reply(Reply::Refused(format!("instance id {id} is already held by {held_by}")));
             }
@@ -814,14 +847,14 @@ impl Registry {
             None => None,
         };
         let reported = info.status;
-        let effective_override = api_override.unwrap_or(owner_override);
+        let effective_override = effective_override(overrides, rest);
         info.overridden_status = effective_override;
         info.status = pod_status(reported, effective_override);
         let origin = Origin::Pod {
             owner,
             reported,
-            owner_override,
-            api_override,
+            overrides,
+            rest,
         };
 
         if let Some((_, existing)) = existing {
@@ -838,7 +871,7 @@ impl Registry {
                 entry.lease.service_up(now);
             }
             let mut replaced = info;
-            replaced.last_dirty_timestamp = now.max(existing.last_dirty_timestamp + 1);
+            replaced.last_dirty_timestamp = now.max(existing.last_dirty_timestamp.saturating_add(1));
             self.modify(&app, &id, now, move |info| {
                 *info = InstanceInfo {
                     action_type: info.action_type,
@@ -905,20 +938,20 @@ impl Registry {
         let entry = self.apps.get(app).and_then(|a| a.get(id)).expect("present");
         let Origin::Pod {
             reported,
-            owner_override,
-            api_override,
+            overrides,
+            rest,
             ..
         } = &entry.origin
         else {
             return;
         };
-        let effective = api_override.unwrap_or(*owner_override);
+        let effective = effective_override(*overrides, *rest);
         let status = pod_status(*reported, effective);
         if entry.info.status != status || entry.info.overridden_status != effective {
             self.modify(app, id, now, |info| {
                 info.status = status;
                 info.overridden_status = effective;
-                info.last_dirty_timestamp = dirty.unwrap_or(now).max(info.last_dirty_timestamp + 1);
+                info.last_dirty_timestamp = dirty.unwrap_or(now).max(info.last_dirty_timestamp.saturating_add(1));
             });
         }
     }
@@ -1154,21 +1187,9 @@ impl Registry {
             .collect()
     }
 
-    /// Who holds an instance id (for conflict reports): `None` if nobody.
-    pub fn holder(&self, app: &str, id: &str) -> Option<(OriginKind, Option<PodOwner>)> {
-        let e = self.apps.get(app)?.get(id)?;
-        Some((
-            e.origin.kind(),
-            match &e.origin {
-                Origin::Pod { owner, .. } => Some(owner.clone()),
-                _ => None,
-            },
-        ))
-    }
-
-    /// Whether fetches are allowed (`shouldAllowAccess`).
-    pub fn allow_access(&self, now: i64) -> bool {
-        self.preservation.allow_access(now)
+    /// Until when fetches are refused after an empty start, if they are.
+    pub fn reads_refused_until(&self) -> Option<i64> {
+        self.preservation.reads_refused_until()
     }
 
     pub fn stats(&mut self, now: i64) -> Stats {
@@ -1318,6 +1339,11 @@ impl Registry {
         }
         let view = self.view(&entry);
         self.record_change(now, app, id, Some(view.clone()));
+        if self.apps.get(app).is_some_and(|a| a.is_empty()) {
+            // Names of gone applications are not kept (clients may invent any number of them).
+            self.apps.remove(app);
+            self.app_versions.remove(app);
+        }
         Some(view)
     }
 }

@@ -244,11 +244,6 @@ impl Replicator {
         q.notify.notify_one();
     }
 
-    /// The peers by kind, as currently configured.
-    pub fn peers(&self) -> Vec<(PeerUrl, PeerKind)> {
-        self.peers.lock().values().map(|q| (q.url.clone(), q.kind)).collect()
-    }
-
     /// Applies a new peer list: starts senders for new peers, stops those of removed ones.
     pub fn set_peers(self: &Arc<Self>, peers: Vec<(PeerUrl, PeerKind)>) {
         let mut current = self.peers.lock();

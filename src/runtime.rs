@@ -232,6 +232,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 index,
                 kubernetes_synced.clone(),
             );
+            state.add_listener(ctl.conflict_waker());
             tokio::spawn(ctl.run(client.clone()));
             Some(task)
         }

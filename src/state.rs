@@ -9,7 +9,7 @@
 
 use std::sync::{
     Arc,
-    atomic::{AtomicBool, AtomicU64, Ordering},
+    atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering},
 };
 
 use parking_lot::{Mutex, RwLock};
@@ -52,7 +52,9 @@ pub enum Writer {
     Timer,
 }
 
-/// Something that acts on every write's outcome.
+/// Something that acts on every write's outcome. Listeners are called with the registry locked,
+/// so they see outcomes in the order the registry made them; they must only enqueue or signal,
+/// never touch the registry (`AppState`) themselves.
 pub trait OutcomeListener: Send + Sync + 'static {
     fn on_outcome(&self, outcome: &Outcome, writer: &Writer);
 }
@@ -65,6 +67,9 @@ struct Inner {
     clock: Arc<dyn Clock>,
     listeners: RwLock<Vec<Arc<dyn OutcomeListener>>>,
     registry_ready: AtomicBool,
+    /// Until when fetches are refused after an empty start (`i64::MIN`: never), mirrored from
+    /// the registry when it opens for traffic, so reads do not take the lock to ask.
+    reads_refused_until: AtomicI64,
     disable_delta: bool,
 }
 
@@ -86,6 +91,7 @@ impl AppState {
                 clock,
                 listeners: RwLock::new(Vec::new()),
                 registry_ready: AtomicBool::new(false),
+                reads_refused_until: AtomicI64::new(i64::MIN),
                 disable_delta,
             }),
         }
@@ -101,11 +107,18 @@ impl AppState {
 
     /// Applies a write and hands its outcome to every listener.
     pub fn apply(&self, command: Command, writer: Writer) -> Outcome {
-        let outcome = self.with_registry(|r, now| r.apply(command, now));
+        self.with_registry(|r, now| {
+            let outcome = r.apply(command, now);
+            self.notify(&outcome, &writer);
+            outcome
+        })
+    }
+
+    /// Tells every listener; called with the registry locked (see [`OutcomeListener`]).
+    fn notify(&self, outcome: &Outcome, writer: &Writer) {
         for listener in self.inner.listeners.read().iter() {
-            listener.on_outcome(&outcome, &writer);
+            listener.on_outcome(outcome, writer);
         }
-        outcome
     }
 
     /// Runs `f` with the registry locked and the current time. Keep `f` short.
@@ -187,19 +200,19 @@ impl AppState {
 
     /// One eviction run; its cancels go to the listeners. Returns how many were evicted.
     pub fn evict(&self, seed: u64) -> usize {
-        let records = self.with_registry(|r, now| r.evict(now, seed));
-        let n = records.len();
-        if n > 0 {
-            let outcome = Outcome {
-                reply: crate::registry::Reply::Ok,
-                replicate: records,
-                pod_override: None,
-            };
-            for listener in self.inner.listeners.read().iter() {
-                listener.on_outcome(&outcome, &Writer::Timer);
+        self.with_registry(|r, now| {
+            let records = r.evict(now, seed);
+            let n = records.len();
+            if n > 0 {
+                let outcome = Outcome {
+                    reply: crate::registry::Reply::Ok,
+                    replicate: records,
+                    pod_override: None,
+                };
+                self.notify(&outcome, &Writer::Timer);
             }
-        }
-        n
+            n
+        })
     }
 
     /// Whether the registry has been filled from peers (or found none) and serves traffic.
@@ -209,7 +222,18 @@ impl AppState {
 
     /// Opens the registry for traffic with the count of instances found at start.
     pub fn open_for_traffic(&self, count: i64) {
-        self.with_registry(|r, now| r.open_for_traffic(count, now));
+        let refused_until = self.with_registry(|r, now| {
+            r.open_for_traffic(count, now);
+            r.reads_refused_until()
+        });
+        self.inner
+            .reads_refused_until
+            .store(refused_until.unwrap_or(i64::MIN), Ordering::Release);
         self.inner.registry_ready.store(true, Ordering::Release);
+    }
+
+    /// Whether fetches are allowed now (Java's `shouldAllowAccess`), without the registry lock.
+    pub fn allow_access(&self) -> bool {
+        self.now() > self.inner.reads_refused_until.load(Ordering::Acquire)
     }
 }

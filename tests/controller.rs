@@ -268,6 +268,33 @@ async fn overrides_from_the_eurekaapp_and_the_rest_api_survive_a_restart() {
         &spec.replace("  statusOverride: {status: OUT_OF_SERVICE, reason: maintenance}\n", ""),
     );
     wait_instances(&op.server, "ORDERS", &[(stable, "UP"), (canary, "UP")]).await;
+
+    // Once a REST override is on the pod, the annotation is the truth: kubectl edits apply
+    // without a restart.
+    assert_eq!(
+        http().put(format!("{url}?value=DOWN")).send().await.unwrap().status(),
+        200
+    );
+    wait_instances(&op.server, "ORDERS", &[(stable, "DOWN"), (canary, "UP")]).await;
+    wait_for(
+        "the override annotation",
+        Duration::from_secs(20),
+        Duration::from_millis(100),
+        || async { (annotation() == "DOWN").then_some(()) },
+    )
+    .await;
+    let key = "eureka-operator.dev/status-override";
+    cluster.kubectl_ok(&["annotate", "pod", "stable-0", "-n", ns, &format!("{key}-")]);
+    wait_instances(&op.server, "ORDERS", &[(stable, "UP"), (canary, "UP")]).await;
+    cluster.kubectl_ok(&[
+        "annotate",
+        "pod",
+        "stable-0",
+        "-n",
+        ns,
+        &format!("{key}=OUT_OF_SERVICE"),
+    ]);
+    wait_instances(&op.server, "ORDERS", &[(stable, "OUT_OF_SERVICE"), (canary, "UP")]).await;
 }
 
 #[tokio::test]
@@ -420,17 +447,18 @@ async fn status_and_events_show_in_kubectl_and_conflicts_are_reported() {
         conflict["message"].as_str().unwrap().contains("natively registered"),
         "{conflict}"
     );
+    // Both ids UP; the address of whoever holds the contested one.
+    let holder_of_taken = || async {
+        wait_instances(
+            &op.server,
+            "ORDERS",
+            &[("orders-0.ctl-kubectl:orders:8080", "UP"), (taken, "UP")],
+        )
+        .await;
+        instance(&op.server, "ORDERS", taken).await.unwrap()["ipAddr"].clone()
+    };
     // The native client keeps its registration.
-    wait_instances(
-        &op.server,
-        "ORDERS",
-        &[("orders-0.ctl-kubectl:orders:8080", "UP"), (taken, "UP")],
-    )
-    .await;
-    assert_eq!(
-        instance(&op.server, "ORDERS", taken).await.unwrap()["ipAddr"],
-        "10.9.9.9"
-    );
+    assert_eq!(holder_of_taken().await, "10.9.9.9");
 
     let table = wait_for(
         "kubectl get ea",
@@ -469,6 +497,13 @@ async fn status_and_events_show_in_kubectl_and_conflicts_are_reported() {
             .as_i64()
             .is_some()
     );
+
+    // The native client goes: the pod takes the id at once (nothing else changes in the cluster)
+    // and the conflict clears.
+    let r = http().delete(format!("{}apps/ORDERS/{taken}", op.server.url()));
+    assert_eq!(r.send().await.unwrap().status(), 200);
+    assert_eq!(holder_of_taken().await, "10.25.0.2");
+    wait_condition(cluster, ns, "orders", "Conflict", "False").await;
 }
 
 #[tokio::test]

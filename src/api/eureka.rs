@@ -214,7 +214,7 @@ async fn vips(api: &Api, key: Key, headers: &HeaderMap) -> Result<Response, ApiE
 
 /// Java refuses reads (403) after an empty start until the wait time has passed.
 fn allow_access(api: &Api) -> Result<(), ApiError> {
-    if api.state.with_registry(|r, now| r.allow_access(now)) {
+    if api.state.allow_access() {
         Ok(())
     } else {
         Err(ApiError::Forbidden)

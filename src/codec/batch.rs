@@ -5,11 +5,7 @@
 use serde_json::Value;
 
 use super::{DecodeError, json};
-use crate::registry::{
-    Action, Replication,
-    instance::{InstanceInfo, Status},
-    view::InstanceView,
-};
+use crate::registry::{Action, Replication, instance::InstanceInfo, view::InstanceView};
 
 /// One received `ReplicationInstance`.
 #[derive(Clone, Debug, PartialEq)]
@@ -160,9 +156,4 @@ pub fn decode_response(body: &[u8], now: i64) -> Result<Vec<PeerResponse>, Decod
             Ok(PeerResponse { status_code, entity })
         })
         .collect()
-}
-
-/// Java's `InstanceStatus.valueOf` for a status carried in a batch item.
-pub fn exact_status(s: Option<&str>) -> Option<Status> {
-    s.and_then(Status::parse_exact)
 }

@@ -263,15 +263,14 @@ fn metadata_of(v: &Value) -> Result<Metadata, DecodeError> {
     let obj = v
         .as_object()
         .ok_or_else(|| DecodeError::new("metadata must be an object"))?;
-    let mut m = Metadata::new();
-    for (k, v) in obj {
-        if k == "@class" {
-            continue;
-        }
-        let text = as_text(v).ok_or_else(|| DecodeError::new(format!("metadata value of {k} must be a string")))?;
-        m.insert(k.clone(), text);
-    }
-    Ok(m)
+    obj.iter()
+        .filter(|(k, _)| *k != "@class")
+        .map(|(k, v)| {
+            as_text(v)
+                .map(|text| (k.clone(), text))
+                .ok_or_else(|| DecodeError::new(format!("metadata value of {k} must be a string")))
+        })
+        .collect()
 }
 
 /// `None` when the object has no `name` (a validation error, not a decode error).

@@ -464,3 +464,13 @@ fn batch_round_trips_with_java_shapes() {
     assert!(bad.unwrap_err().message.contains("item 0: unknown replication action"));
     assert!(batch::decode_list(b"[]", 0).is_err());
 }
+
+#[test]
+fn a_repeated_xml_metadata_key_keeps_its_place_and_takes_the_last_value() {
+    let body = br#"<instance><instanceId>x-1</instanceId><hostName>h</hostName><app>X</app><ipAddr>10.0.0.1</ipAddr>
+      <dataCenterInfo class="com.netflix.appinfo.InstanceInfo$DefaultDataCenterInfo"><name>MyOwn</name></dataCenterInfo>
+      <metadata><zone>a</zone><lang>rust</lang><zone>b</zone></metadata></instance>"#;
+    let reg = decode_registration(body, Format::Xml, 0).unwrap();
+    let pairs: Vec<_> = reg.info.metadata.iter().collect();
+    assert_eq!(pairs, [("zone", "b"), ("lang", "rust")]);
+}

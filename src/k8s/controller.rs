@@ -1,7 +1,8 @@
 //! The EurekaApp controller: watches Pods, EurekaApps and Nodes into the [`Index`], and reconciles
 //! each affected EurekaApp as soon as something changes: plan (pure) → registry commands → a
 //! status wish for the leader-gated writer. There is no periodic re-registration; the only timers
-//! are the drain deadlines of terminating pods.
+//! are the drain deadlines of terminating pods, and an instance id held by someone else is tried
+//! again when its holder's instance is cancelled or evicted ([`ConflictWaker`]).
 //!
 //! Every replica runs it (each derives the pod instances of its own registry); nothing is removed
 //! before every watch has listed once.
@@ -181,6 +182,43 @@ pub struct Controller {
     reported: Mutex<HashMap<AppKey, BTreeSet<String>>>,
     /// Set once every watch has listed (readiness).
     synced: Arc<std::sync::atomic::AtomicBool>,
+    /// Per EurekaApp, the (app, instance id) pairs its pods could not take.
+    blocked: Arc<Mutex<BlockedIds>>,
+}
+
+/// Per EurekaApp, the (app, instance id) pairs its pods could not take.
+type BlockedIds = HashMap<AppKey, HashSet<(String, String)>>;
+
+/// Looks at a EurekaApp again when an instance id one of its pods could not take (a conflict) is
+/// cancelled or evicted, so the pod registers as soon as the id is free.
+pub struct ConflictWaker {
+    blocked: Arc<Mutex<BlockedIds>>,
+    queue: Arc<Queue>,
+}
+
+impl OutcomeListener for ConflictWaker {
+    fn on_outcome(&self, outcome: &crate::registry::Outcome, _: &WriteSource) {
+        let mut freed = outcome
+            .replicate
+            .iter()
+            .filter(|r| r.action == crate::registry::Action::Cancel)
+            .peekable();
+        if freed.peek().is_none() {
+            return;
+        }
+        let blocked = self.blocked.lock();
+        if blocked.is_empty() {
+            return;
+        }
+        for r in freed {
+            let id = (r.app.clone(), r.id.clone());
+            for (key, ids) in blocked.iter() {
+                if ids.contains(&id) {
+                    self.queue.push(key.clone());
+                }
+            }
+        }
+    }
 }
 
 /// Hands REST status overrides on pod instances to the writer, which records them on the pod.
@@ -243,7 +281,32 @@ impl Controller {
             settings,
             metrics,
             reported: Mutex::new(HashMap::new()),
+            blocked: Arc::default(),
         })
+    }
+
+    /// The listener that retries conflicts; register it with [`AppState::add_listener`].
+    pub fn conflict_waker(&self) -> Arc<ConflictWaker> {
+        Arc::new(ConflictWaker {
+            blocked: self.blocked.clone(),
+            queue: self.queue.clone(),
+        })
+    }
+
+    /// Remembers the ids `key`'s pods could not take; if one was freed meanwhile (between the
+    /// refusal and now), looks again at once.
+    fn set_blocked(&self, key: &AppKey, ids: HashSet<(String, String)>) {
+        if ids.is_empty() {
+            self.blocked.lock().remove(key);
+            return;
+        }
+        self.blocked.lock().insert(key.clone(), ids.clone());
+        let freed = self
+            .state
+            .with_registry(|r, _| ids.iter().any(|(app, id)| !r.contains(app, id)));
+        if freed {
+            self.queue.push(key.clone());
+        }
     }
 
     /// Runs the watches and the reconciler until the process ends.
@@ -400,10 +463,12 @@ impl Controller {
                 tracing::info!(app = %key, removed = n, "deregistered the instances of a deleted EurekaApp");
             }
             self.reported.lock().remove(key);
+            self.set_blocked(key, HashSet::new());
             return;
         };
         if app.metadata.deletion_timestamp.is_some() || app.spec.suspend {
             let n = self.remove(&current);
+            self.set_blocked(key, HashSet::new());
             let deleting = app.metadata.deletion_timestamp.is_some();
             let mut notes = Vec::new();
             if n > 0 {
@@ -442,6 +507,7 @@ impl Controller {
 
         let mut registered = Vec::new();
         let mut conflicts = Vec::new();
+        let mut blocked = HashSet::new();
         let wanted: HashSet<(String, String)> = plan
             .desired
             .iter()
@@ -453,13 +519,16 @@ impl Controller {
                 Command::UpsertPod {
                     info: d.info.clone(),
                     owner: d.owner.clone(),
-                    override_status: d.override_status,
+                    overrides: d.overrides,
                 },
                 WriteSource::Controller,
             );
             match outcome.reply {
                 Reply::Registered => registered.push(id),
-                Reply::Refused(message) => conflicts.push(message),
+                Reply::Refused(message) => {
+                    conflicts.push(message);
+                    blocked.insert((d.info.app.clone(), id));
+                }
                 _ => {}
             }
         }
@@ -469,6 +538,7 @@ impl Controller {
             .map(|(o, v)| (o.clone(), v.clone()))
             .collect();
         let removed = self.remove(&stale);
+        self.set_blocked(key, blocked);
         if let Some(at) = plan.wake_at {
             let delay = Duration::from_millis((at - now).max(0) as u64 + 5);
             self.queue.push_at(key.clone(), tokio::time::Instant::now() + delay);

@@ -13,7 +13,7 @@ use super::{
     pods::PodInfo,
 };
 use crate::registry::{
-    PodOwner,
+    PodOverrides, PodOwner,
     instance::{InstanceInfo, LeaseTerms, PortInfo, Status},
 };
 
@@ -52,8 +52,8 @@ pub struct Target<'a> {
 pub struct Desired {
     pub owner: PodOwner,
     pub info: InstanceInfo,
-    /// The override the EurekaApp (or the pod's annotation) asks for; `UNKNOWN` for none.
-    pub override_status: Status,
+    /// The overrides the pod's annotation and its EurekaApp ask for.
+    pub overrides: PodOverrides,
 }
 
 /// Something wrong with one pod.
@@ -466,7 +466,8 @@ pub fn plan<'p>(target: &Target<'_>, pods: impl IntoIterator<Item = &'p PodInfo>
         md.insert(keys::EUREKA_APP, target.name);
         md.insert(keys::POD, pod.name.clone());
 
-        // Overrides: the pod's REST-set annotation, then the first matching selector, then the app's.
+        // Overrides: the pod's REST-set annotation; the EurekaApp's first matching selector, else its
+        // app-wide one (the registry decides which applies).
         let annotated = pod
             .annotations
             .get(STATUS_OVERRIDE_ANNOTATION)
@@ -486,7 +487,10 @@ pub fn plan<'p>(target: &Target<'_>, pods: impl IntoIterator<Item = &'p PodInfo>
             .find(|o| selector_matches(&o.selector, &pod.labels).unwrap_or(false))
             .map(|o| override_status(o.status));
         let app_wide = spec.status_override.as_ref().map(|o| override_status(o.status));
-        let override_status = annotated.or(by_selector).or(app_wide).unwrap_or(Status::Unknown);
+        let overrides = PodOverrides {
+            annotation: annotated,
+            spec: by_selector.or(app_wide).unwrap_or(Status::Unknown),
+        };
 
         plan.desired.push(Desired {
             owner: PodOwner {
@@ -495,7 +499,7 @@ pub fn plan<'p>(target: &Target<'_>, pods: impl IntoIterator<Item = &'p PodInfo>
                 pod: pod.name.clone(),
             },
             info,
-            override_status,
+            overrides,
         });
     }
     plan

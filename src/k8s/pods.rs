@@ -105,10 +105,14 @@ impl PodInfo {
             subdomain: spec.and_then(|s| s.subdomain.clone()),
             ready,
             phase: status.and_then(|s| s.phase.clone()),
-            deleting_since: meta
-                .deletion_timestamp
-                .as_ref()
-                .map(|t| t.0.as_millisecond() - meta.deletion_grace_period_seconds.unwrap_or(0).max(0) * 1000),
+            deleting_since: meta.deletion_timestamp.as_ref().map(|t| {
+                let grace_ms = meta
+                    .deletion_grace_period_seconds
+                    .unwrap_or(0)
+                    .max(0)
+                    .saturating_mul(1000);
+                t.0.as_millisecond().saturating_sub(grace_ms)
+            }),
             ports,
             service_account: spec.and_then(|s| s.service_account_name.clone()),
             workload,

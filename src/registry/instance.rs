@@ -237,13 +237,23 @@ impl Metadata {
     }
 }
 
+/// Later values of a repeated key replace earlier ones in place; linear in the number of pairs
+/// (a decoded registration may carry many keys).
 impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for Metadata {
     fn from_iter<T: IntoIterator<Item = (K, V)>>(iter: T) -> Self {
-        let mut m = Metadata::new();
+        let mut pairs: Vec<(String, String)> = Vec::new();
+        let mut position: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
         for (k, v) in iter {
-            m.insert(k, v);
+            let (k, v) = (k.into(), v.into());
+            match position.get(&k) {
+                Some(&i) => pairs[i].1 = v,
+                None => {
+                    position.insert(k.clone(), pairs.len());
+                    pairs.push((k, v));
+                }
+            }
         }
-        m
+        Metadata(pairs)
     }
 }
 

@@ -176,7 +176,15 @@ impl Preservation {
 
     /// `shouldAllowAccess(false)`: after an empty start, fetches are refused for a while.
     pub fn allow_access(&self, now: i64) -> bool {
-        !(self.transfer_empty_on_startup && now <= self.startup_time + self.config.wait_time_in_ms_when_sync_empty)
+        self.reads_refused_until().is_none_or(|until| now > until)
+    }
+
+    /// The end of the wait after an empty start, if the registry started empty.
+    pub fn reads_refused_until(&self) -> Option<i64> {
+        self.transfer_empty_on_startup.then(|| {
+            self.startup_time
+                .saturating_add(self.config.wait_time_in_ms_when_sync_empty)
+        })
     }
 
     /// The periodic `updateRenewalThreshold` task: adopt `count` (the number of instances that

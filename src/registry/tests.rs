@@ -637,7 +637,7 @@ fn pod_instances_are_owned_by_the_controller() {
     let upsert = |i, o| Command::UpsertPod {
         info: i,
         owner: owner(o),
-        override_status: Status::Unknown,
+        overrides: PodOverrides::NONE,
     };
     let out = r.apply(upsert(pod("orders", "p-1", Status::Up), "p-1"), T0);
     assert_eq!(out.reply, Reply::Registered);
@@ -684,7 +684,7 @@ fn pod_instances_are_owned_by_the_controller() {
         Command::UpsertPod {
             info: pod("orders", "p-1", Status::Up),
             owner: other,
-            override_status: Status::Unknown,
+            overrides: PodOverrides::NONE,
         },
         T0 + 4,
     );
@@ -712,7 +712,7 @@ fn pod_instances_never_expire_and_do_not_count_toward_self_preservation() {
             Command::UpsertPod {
                 info,
                 owner: owner(&format!("p-{n}")),
-                override_status: Status::Unknown,
+                overrides: PodOverrides::NONE,
             },
             T0,
         );
@@ -736,27 +736,39 @@ fn pod_instances_never_expire_and_do_not_count_toward_self_preservation() {
     assert_eq!(r.stats(T0).instances, 0);
 }
 
+fn spec_override(status: Status) -> PodOverrides {
+    PodOverrides {
+        annotation: None,
+        spec: status,
+    }
+}
+
 #[test]
 fn pod_overrides_combine_owner_and_rest_layers() {
     let mut r = registry();
     let up = |o| Command::UpsertPod {
         info: pod("orders", "p-1", Status::Up),
         owner: owner("p-1"),
-        override_status: o,
+        overrides: spec_override(o),
+    };
+    let set = |status| Command::SetStatus {
+        app: "ORDERS".into(),
+        id: "p-1".into(),
+        status,
+        last_dirty_timestamp: None,
+        source: Source::Client,
+    };
+    let delete = || Command::DeleteStatusOverride {
+        app: "ORDERS".into(),
+        id: "p-1".into(),
+        status: Status::Unknown,
+        last_dirty_timestamp: None,
+        source: Source::Client,
     };
     r.apply(up(Status::OutOfService), T0);
     assert_eq!(status_of(&mut r, "ORDERS", "p-1"), Status::OutOfService);
     // A REST override on top: applied at once, and the controller is asked to persist it.
-    let out = r.apply(
-        Command::SetStatus {
-            app: "ORDERS".into(),
-            id: "p-1".into(),
-            status: Status::Up,
-            last_dirty_timestamp: None,
-            source: Source::Client,
-        },
-        T0 + 1,
-    );
+    let out = r.apply(set(Status::Up), T0 + 1);
     assert_eq!(
         out.pod_override,
         Some(PodOverride {
@@ -769,16 +781,7 @@ fn pod_overrides_combine_owner_and_rest_layers() {
     r.apply(up(Status::OutOfService), T0 + 2);
     assert_eq!(status_of(&mut r, "ORDERS", "p-1"), Status::Up);
     // Deleting the REST override falls back to the EurekaApp's.
-    let out = r.apply(
-        Command::DeleteStatusOverride {
-            app: "ORDERS".into(),
-            id: "p-1".into(),
-            status: Status::Unknown,
-            last_dirty_timestamp: None,
-            source: Source::Client,
-        },
-        T0 + 3,
-    );
+    let out = r.apply(delete(), T0 + 3);
     assert_eq!(
         out.pod_override,
         Some(PodOverride {
@@ -792,12 +795,45 @@ fn pod_overrides_combine_owner_and_rest_layers() {
     assert_eq!(status_of(&mut r, "ORDERS", "p-1"), Status::Up);
     let actions: Vec<Action> = out.replicate.iter().map(|r| r.action).collect();
     assert_eq!(actions, vec![Action::Register, Action::DeleteStatusOverride]);
+    // A REST override persisted on the pod's annotation: from then on the annotation rules, so
+    // removing it with kubectl takes effect.
+    let annotated = |a| Command::UpsertPod {
+        info: pod("orders", "p-1", Status::Up),
+        owner: owner("p-1"),
+        overrides: PodOverrides {
+            annotation: a,
+            spec: Status::Unknown,
+        },
+    };
+    r.apply(set(Status::OutOfService), T0 + 10);
+    // A reconcile before the annotation is written keeps the REST override.
+    r.apply(annotated(None), T0 + 11);
+    assert_eq!(status_of(&mut r, "ORDERS", "p-1"), Status::OutOfService);
+    r.apply(annotated(Some(Status::OutOfService)), T0 + 12);
+    assert_eq!(status_of(&mut r, "ORDERS", "p-1"), Status::OutOfService);
+    r.apply(annotated(None), T0 + 13);
+    assert_eq!(status_of(&mut r, "ORDERS", "p-1"), Status::Up);
+    // A REST delete wins over a stale annotation until the annotation is gone.
+    r.apply(annotated(Some(Status::Down)), T0 + 14);
+    assert_eq!(status_of(&mut r, "ORDERS", "p-1"), Status::Down);
+    r.apply(delete(), T0 + 15);
+    assert_eq!(status_of(&mut r, "ORDERS", "p-1"), Status::Up);
+    r.apply(annotated(Some(Status::Down)), T0 + 16);
+    assert_eq!(status_of(&mut r, "ORDERS", "p-1"), Status::Up);
+    r.apply(annotated(None), T0 + 17);
+    r.apply(annotated(Some(Status::Down)), T0 + 18);
+    assert_eq!(
+        status_of(&mut r, "ORDERS", "p-1"),
+        Status::Down,
+        "a later kubectl edit applies"
+    );
+
     // A not-ready pod is STARTING whatever the override says.
     r.apply(
         Command::UpsertPod {
             info: pod("orders", "p-1", Status::Starting),
             owner: owner("p-1"),
-            override_status: Status::OutOfService,
+            overrides: spec_override(Status::OutOfService),
         },
         T0 + 5,
     );
@@ -855,4 +891,49 @@ fn id_falls_back_to_amazon_instance_id_then_host_name() {
     assert_eq!(i.id(), "i-123");
     i.instance_id = Some("explicit".into());
     assert_eq!(i.id(), "explicit");
+}
+
+#[test]
+fn a_dirty_timestamp_at_the_end_of_time_does_not_overflow() {
+    let mut r = registry();
+    let upsert = |status| Command::UpsertPod {
+        info: pod("orders", "p-1", status),
+        owner: owner("p-1"),
+        overrides: PodOverrides::NONE,
+    };
+    r.apply(upsert(Status::Up), T0);
+    let set = |status| Command::SetStatus {
+        app: "ORDERS".into(),
+        id: "p-1".into(),
+        status,
+        last_dirty_timestamp: Some(i64::MAX),
+        source: Source::Client,
+    };
+    r.apply(set(Status::OutOfService), T0 + 1);
+    r.apply(set(Status::Up), T0 + 2);
+    assert_eq!(r.apply(upsert(Status::Starting), T0 + 3).reply, Reply::Ok);
+    let view = r.instance("ORDERS", "p-1", T0 + 3).unwrap();
+    assert_eq!(view.info.last_dirty_timestamp, i64::MAX);
+}
+
+#[test]
+fn an_application_whose_last_instance_goes_is_forgotten() {
+    let mut r = registry();
+    register(&mut r, inst("orders", "o-1"), T0);
+    assert_eq!(r.app_versions().len(), 1);
+    let out = r.apply(
+        Command::Cancel {
+            app: "ORDERS".into(),
+            id: "o-1".into(),
+            source: Source::Client,
+        },
+        T0 + 1,
+    );
+    assert_eq!(out.reply, Reply::Ok);
+    assert!(r.app_versions().is_empty());
+    assert!(r.app_view("ORDERS").is_none());
+    // Its cancellation is still in the delta.
+    assert_eq!(r.delta_view().apps.len(), 1);
+    register(&mut r, inst("orders", "o-2"), T0 + 2);
+    assert_eq!(r.app_view("ORDERS").unwrap().instances.len(), 1);
 }

@@ -94,7 +94,7 @@ fn a_ready_pod_becomes_an_up_instance_with_java_like_fields() {
     assert_eq!(i.metadata.get(keys::EUREKA_APP), Some("orders"));
     assert_eq!(i.metadata.get(keys::POD), Some("orders-1"));
     assert_eq!(i.metadata.get(keys::NAMESPACE), Some("shop"));
-    assert_eq!(d.override_status, Status::Unknown);
+    assert_eq!(d.overrides, PodOverrides::NONE);
     assert_eq!(
         d.owner,
         PodOwner {
@@ -314,15 +314,15 @@ spec:
     let mut bad = pod("orders-4444", "");
     bad.annotations.insert(STATUS_OVERRIDE_ANNOTATION.into(), "down".into());
     let p = run(&a, &[stable, canary, annotated, bad]);
-    let by_pod: BTreeMap<&str, Status> = p
+    let by_pod: BTreeMap<&str, (Option<Status>, Status)> = p
         .desired
         .iter()
-        .map(|d| (d.owner.pod.as_str(), d.override_status))
+        .map(|d| (d.owner.pod.as_str(), (d.overrides.annotation, d.overrides.spec)))
         .collect();
-    assert_eq!(by_pod["orders-1"], Status::OutOfService);
-    assert_eq!(by_pod["orders-22"], Status::Up);
-    assert_eq!(by_pod["orders-333"], Status::Down);
-    assert_eq!(by_pod["orders-4444"], Status::OutOfService);
+    assert_eq!(by_pod["orders-1"], (None, Status::OutOfService));
+    assert_eq!(by_pod["orders-22"], (None, Status::Up));
+    assert_eq!(by_pod["orders-333"], (Some(Status::Down), Status::OutOfService));
+    assert_eq!(by_pod["orders-4444"], (None, Status::OutOfService));
     assert_eq!(p.problems[0].reason(), "BadOverrideAnnotation");
 }
 
