@@ -169,6 +169,8 @@ struct PeerQueue {
     batcher: Mutex<Batcher>,
     notify: Notify,
     stopped: std::sync::atomic::AtomicBool,
+    /// This peer's `queued` gauge, looked up once (it is set on every enqueue).
+    queued: Gauge,
 }
 
 impl PeerQueue {
@@ -196,11 +198,11 @@ impl OutcomeListener for Replicator {
             return;
         }
         let leader = *self.leader.borrow();
-        let queues: Vec<Arc<PeerQueue>> = self.peers.lock().values().cloned().collect();
+        let queues = self.peers.lock();
         let now = Instant::now();
         for record in &outcome.replicate {
             let targets = route(record, writer, leader);
-            for q in &queues {
+            for q in queues.values() {
                 let wanted = match q.kind {
                     PeerKind::Replica => targets.replicas,
                     PeerKind::Java => targets.java,
@@ -240,7 +242,7 @@ impl Replicator {
             b.push(record, now);
             b.len()
         };
-        self.metrics.queued.get_or_create(&q.labels()).set(len as i64);
+        q.queued.set(len as i64);
         q.notify.notify_one();
     }
 
@@ -268,6 +270,14 @@ impl Replicator {
                 batcher: Mutex::new(Batcher::new(self.settings.limits)),
                 notify: Notify::new(),
                 stopped: std::sync::atomic::AtomicBool::new(false),
+                queued: self
+                    .metrics
+                    .queued
+                    .get_or_create(&PeerLabels {
+                        peer: url.display().to_string(),
+                        kind: kind.as_str(),
+                    })
+                    .clone(),
             });
             current.insert(url.base.clone(), q.clone());
             tokio::spawn(self.clone().sender(q));
@@ -302,7 +312,7 @@ impl Replicator {
                 let before = b.dropped;
                 let batch = b.take(Instant::now());
                 let after = b.dropped;
-                self.metrics.queued.get_or_create(&labels).set(b.len() as i64);
+                q.queued.set(b.len() as i64);
                 (
                     batch,
                     (after.expired - before.expired) + (after.overflow - before.overflow),

@@ -8,6 +8,7 @@ mod common;
 use std::{net::Ipv4Addr, sync::Arc, time::Duration};
 
 use common::{
+    cluster::Cluster,
     eureka::http,
     operator::{Operator, instances, namespace, prepared},
     process::{free_port, wait_for},
@@ -48,7 +49,7 @@ fn count(xs: &[Option<bool>]) -> usize {
     xs.iter().filter(|x| **x == Some(true)).count()
 }
 
-/// Replica `i` of `n` on 127.0.0.(base+i), peering with the others' URLs (`urls[j]`).
+/// The `--peer-urls` value of replica `me`: every other replica's URL.
 fn peer_args(urls: &[String], me: usize) -> String {
     urls.iter()
         .enumerate()
@@ -58,13 +59,16 @@ fn peer_args(urls: &[String], me: usize) -> String {
         .join(",")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_lease_fails_over_and_eviction_continues_on_one_replica_only() {
-    let Some(cluster) = prepared() else { return };
-    let client = cluster.admin().await;
-    let ns = "ha-failover";
-    namespace(&client, ns).await;
-    let ips: Vec<Ipv4Addr> = (0..3).map(|i| Ipv4Addr::new(127, 0, 0, 21 + i)).collect();
+/// Three replicas on 127.0.0.(first+i) sharing the Lease `lease`, each with the others as
+/// `--peer-urls`, replication batches after 20 ms, and `extra` flags; with their Eureka URLs.
+async fn start_three(
+    cluster: &Cluster,
+    ns: &str,
+    lease: &str,
+    first: u8,
+    extra: &[&str],
+) -> (Vec<Operator>, Vec<String>) {
+    let ips: Vec<Ipv4Addr> = (0..3).map(|i| Ipv4Addr::new(127, 0, 0, first + i)).collect();
     let ports: Vec<(u16, u16)> = ips.iter().map(|ip| (free_port(*ip), free_port(*ip))).collect();
     let urls: Vec<String> = ips
         .iter()
@@ -74,29 +78,38 @@ async fn the_lease_fails_over_and_eviction_continues_on_one_replica_only() {
     let mut replicas = Vec::new();
     for i in 0..3 {
         let peers = peer_args(&urls, i);
-        let extra = [
+        let mut args = vec![
             "--peer-urls",
             peers.as_str(),
+            "--replication-max-batching-delay-ms",
+            "20",
+        ];
+        args.extend_from_slice(extra);
+        let name = format!("replica-{i}");
+        replicas.push(Operator::start_on(cluster, ips[i], ports[i], ns, lease, &name, &args).await);
+    }
+    (replicas, urls)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lease_fails_over_and_eviction_continues_on_one_replica_only() {
+    let Some(cluster) = prepared() else { return };
+    let client = cluster.admin().await;
+    let ns = "ha-failover";
+    namespace(&client, ns).await;
+    let (mut replicas, urls) = start_three(
+        cluster,
+        ns,
+        "ha-failover",
+        21,
+        &[
             "--enable-self-preservation",
             "false",
             "--eviction-interval-timer-in-ms",
             "300",
-            "--replication-max-batching-delay-ms",
-            "20",
-        ];
-        replicas.push(
-            Operator::start_on(
-                cluster,
-                ips[i],
-                ports[i],
-                ns,
-                "ha-failover",
-                &format!("replica-{i}"),
-                &extra,
-            )
-            .await,
-        );
-    }
+        ],
+    )
+    .await;
     let all: Vec<&Operator> = replicas.iter().collect();
     let now = wait_for(
         "one leader",
@@ -214,35 +227,7 @@ async fn a_restarted_replica_has_the_whole_registry_before_it_is_ready() {
     let client = cluster.admin().await;
     let ns = "ha-restart";
     namespace(&client, ns).await;
-    let ips: Vec<Ipv4Addr> = (0..3).map(|i| Ipv4Addr::new(127, 0, 0, 31 + i)).collect();
-    let ports: Vec<(u16, u16)> = ips.iter().map(|ip| (free_port(*ip), free_port(*ip))).collect();
-    let urls: Vec<String> = ips
-        .iter()
-        .zip(&ports)
-        .map(|(ip, (p, _))| format!("http://{ip}:{p}/eureka/"))
-        .collect();
-    let mut replicas = Vec::new();
-    for i in 0..3 {
-        let peers = peer_args(&urls, i);
-        let extra = [
-            "--peer-urls",
-            peers.as_str(),
-            "--replication-max-batching-delay-ms",
-            "20",
-        ];
-        replicas.push(
-            Operator::start_on(
-                cluster,
-                ips[i],
-                ports[i],
-                ns,
-                "ha-restart",
-                &format!("replica-{i}"),
-                &extra,
-            )
-            .await,
-        );
-    }
+    let (mut replicas, urls) = start_three(cluster, ns, "ha-restart", 31, &[]).await;
     for n in 0..20 {
         register(&urls[0], "ROLLING", &format!("r-{n}"), 300, 30).await;
     }
