@@ -2,11 +2,9 @@
 //! (writing their status as the kubelet would) and EurekaApps, and check the registry through its
 //! REST API. The operator runs as the Helm chart's ServiceAccount, with exactly the chart's RBAC.
 
-mod common;
-
 use std::{net::Ipv4Addr, time::Duration};
 
-use common::{
+use crate::common::{
     eureka::{SpringClient, http},
     operator::{
         Operator, app_status, delete_pod, eureka_app, instance, instances, kubectl_apply, label, namespace, pod,

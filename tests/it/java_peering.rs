@@ -3,11 +3,9 @@
 //! discoverable through Java's; status overrides made on either side show on both; nothing
 //! echoes back and forth.
 
-mod common;
-
 use std::{net::Ipv4Addr, time::Duration};
 
-use common::{
+use crate::common::{
     eureka::{JavaServer, SpringClient, app_instances, http},
     operator::{Operator, eureka_app, instances, namespace, pod, prepared, set_ready},
     process::{free_port, wait_for},

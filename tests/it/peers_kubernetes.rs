@@ -1,11 +1,9 @@
 //! Smoke tests proving the Kubernetes test peer is real: objects go through a real kube-apiserver
 //! backed by etcd, RBAC is enforced, and impersonation works.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{cluster::Cluster, process::wait_for};
+use crate::common::{cluster::Cluster, process::wait_for};
 use k8s_openapi::api::core::v1::{Namespace, Pod, PodCondition, PodStatus};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{

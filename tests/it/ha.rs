@@ -3,11 +3,9 @@
 //! replica syncs before it is ready, and a partitioned replica keeps its view (self-preservation)
 //! and converges once reconnected.
 
-mod common;
-
 use std::{net::Ipv4Addr, sync::Arc, time::Duration};
 
-use common::{
+use crate::common::{
     cluster::Cluster,
     eureka::http,
     operator::{Operator, instances, namespace, prepared},
@@ -464,7 +462,7 @@ async fn replicas_find_each_other_through_the_headless_service() {
             "endpoints": [{"addresses": [ip.to_string()], "conditions": {"ready": true},
                            "targetRef": {"kind": "Pod", "name": name, "namespace": "eureka-system"}}]
         });
-        let (ok, out) = common::operator::kubectl_apply(cluster, &slice.to_string());
+        let (ok, out) = crate::common::operator::kubectl_apply(cluster, &slice.to_string());
         assert!(ok, "{out}");
     }
     // The slices say both are ready before either runs: one sync attempt is enough here.

@@ -2,11 +2,9 @@
 //! `--dry-run=server` to the real apiserver, check the hardening and that the chart's CRD is the
 //! one in `crds/`.
 
-mod common;
-
 use std::process::Command;
 
-use common::operator::{helm_template, pipe, prepared};
+use crate::common::operator::{helm_template, pipe, prepared};
 use serde_json::Value;
 
 fn chart() -> String {
@@ -14,7 +12,7 @@ fn chart() -> String {
 }
 
 /// `kubectl apply --dry-run=server -o json` of a manifest; the objects as the apiserver saw them.
-fn dry_run(cluster: &common::cluster::Cluster, manifest: &str) -> Vec<Value> {
+fn dry_run(cluster: &crate::common::cluster::Cluster, manifest: &str) -> Vec<Value> {
     let mut cmd = cluster.kubectl();
     cmd.args(["apply", "--dry-run=server", "-o", "json", "-f", "-"]);
     let out = pipe(cmd, manifest);

@@ -1,11 +1,9 @@
 //! The dashboard in a real headless Chromium: what a person sees, including the
 //! self-preservation banners.
 
-mod common;
-
 use std::{net::Ipv4Addr, time::Duration};
 
-use common::{
+use crate::common::{
     browser::Browser,
     eureka::{Server, http},
     process::wait_for,

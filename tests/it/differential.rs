@@ -20,8 +20,6 @@
 //! implicit `Accept` or `Accept-Encoding`) and paths keep their percent-encoding. Set
 //! `EUREKA_DIFFERENTIAL_DUMP=<dir>` to keep every raw answer.
 
-mod common;
-
 use std::{
     collections::{BTreeMap, BTreeSet},
     io::Read,
@@ -29,7 +27,7 @@ use std::{
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
-use common::eureka::{JavaServer, Server, spring_instance};
+use crate::common::eureka::{JavaServer, Server, spring_instance};
 use quick_xml::events::Event;
 use serde_json::{Map, Value, json};
 use tokio::{

@@ -1,11 +1,9 @@
 //! Every example is applied to the real apiserver (the migration values are rendered with the
 //! chart first); the Spring configuration examples are checked for the keys Spring reads.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::operator::{helm_template, namespace, pipe, prepared};
+use crate::common::operator::{helm_template, namespace, pipe, prepared};
 use serde_json::Value;
 
 fn examples() -> PathBuf {

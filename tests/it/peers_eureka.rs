@@ -2,11 +2,9 @@
 //! Eureka server: py-eureka-client and eureka-js-client register, fetch and deregister; the Spring
 //! Boot client registers and discovers itself.
 
-mod common;
-
 use std::{net::Ipv4Addr, time::Duration};
 
-use common::{
+use crate::common::{
     eureka::{JavaServer, ScriptPeer, SpringClient, app_instances},
     process::wait_for,
 };

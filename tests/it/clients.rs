@@ -2,11 +2,9 @@
 //! and eureka-js-client register, heartbeat, fetch full then delta registries without hash-code
 //! mismatches, discover each other, see status overrides, and cancel on shutdown.
 
-mod common;
-
 use std::{net::Ipv4Addr, time::Duration};
 
-use common::{
+use crate::common::{
     eureka::{ScriptPeer, Server, SpringClient, app_instances, http},
     process::wait_for,
 };

@@ -1,0 +1,17 @@
+//! The integration tests, as one test binary (one link instead of one per file): black-box API
+//! tests, real Eureka clients and servers, the operator against a real kube-apiserver, HA and
+//! faults. Shared support lives in [`common`].
+
+mod common;
+
+mod api;
+mod chart;
+mod clients;
+mod controller;
+mod dashboard;
+mod differential;
+mod examples;
+mod ha;
+mod java_peering;
+mod peers_eureka;
+mod peers_kubernetes;
