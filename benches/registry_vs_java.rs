@@ -12,8 +12,13 @@
 //! `EO_BENCH_JVM_FLAGS` (the test harness's fast-start flags), `EO_BENCH_MIXED_RATES`
 //! (`heartbeats,registrations,status,full,delta` per second: `1000,5,5,20,50`).
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+#[path = "../tests/it/common"]
+#[allow(dead_code)]
+mod common {
+    pub mod eureka;
+    pub mod peers;
+    pub mod process;
+}
 
 use std::{
     collections::HashMap,
