@@ -12,6 +12,7 @@ pub mod api;
 pub mod cache;
 pub mod codec;
 pub mod config;
+pub mod health;
 pub mod k8s;
 pub mod metrics;
 pub mod registry;

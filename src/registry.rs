@@ -27,7 +27,7 @@ use std::{
 use instance::{ActionType, InstanceInfo, Metadata, Status};
 use lease::{ExpiryMode, Lease};
 use preservation::{Preservation, PreservationConfig};
-use view::{AppView, AppsView, InstanceView, LeaseView, OriginKind, StatusCounts};
+use view::{AppView, AppsView, InstanceView, LeaseView, Origin, StatusCounts};
 
 /// Registry behaviour, named after Spring's `eureka.server.*` properties.
 #[derive(Clone, Debug, PartialEq)]
@@ -63,20 +63,49 @@ impl Default for RegistryConfig {
     }
 }
 
-/// Who asked for a write.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Source {
-    /// A Eureka client (or an admin with curl).
+/// Who wrote a change: the one vocabulary the registry, the replicator and the controller share.
+/// The registry's rules only ask whether a write is replication ([`Writer::is_replication`]);
+/// where a change goes next is the replicator's decision from the writer and the instance's
+/// [`Origin`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Writer {
+    /// A Eureka client (or an admin with curl) over HTTP.
     Client,
-    /// A peer server replicating (`x-netflix-discovery-replication: true` or the batch endpoint).
-    Peer,
+    /// A peer server replicating (the batch endpoint or `x-netflix-discovery-replication: true`).
+    Peer(PeerKind),
+    /// The Kubernetes controller, for pod instances.
+    Controller,
     /// This registry's own eviction of an expired lease.
     Expiry,
 }
 
-impl Source {
+/// What kind of server a peer is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PeerKind {
+    /// Another replica of this operator.
+    Replica,
+    /// A Java Eureka server (or any Eureka server that is not one of our replicas).
+    Java,
+}
+
+impl PeerKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PeerKind::Replica => "replica",
+            PeerKind::Java => "java",
+        }
+    }
+}
+
+impl Writer {
+    /// One of this operator's replicas.
+    pub const REPLICA: Writer = Writer::Peer(PeerKind::Replica);
+    /// A Java Eureka peer.
+    pub const JAVA: Writer = Writer::Peer(PeerKind::Java);
+
+    /// Whether the write arrived by replication (Java's `isReplication`).
     pub fn is_replication(self) -> bool {
-        self == Source::Peer
+        matches!(self, Writer::Peer(_))
     }
 }
 
@@ -99,26 +128,26 @@ impl std::fmt::Display for PodOwner {
 pub enum Command {
     Register {
         info: InstanceInfo,
-        source: Source,
+        writer: Writer,
     },
     Renew {
         app: String,
         id: String,
-        source: Source,
+        writer: Writer,
         overridden_status: Option<Status>,
         last_dirty_timestamp: Option<i64>,
     },
     Cancel {
         app: String,
         id: String,
-        source: Source,
+        writer: Writer,
     },
     SetStatus {
         app: String,
         id: String,
         status: Status,
         last_dirty_timestamp: Option<i64>,
-        source: Source,
+        writer: Writer,
     },
     DeleteStatusOverride {
         app: String,
@@ -126,7 +155,7 @@ pub enum Command {
         /// The status the instance gets (`value`, default `UNKNOWN`).
         status: Status,
         last_dirty_timestamp: Option<i64>,
-        source: Source,
+        writer: Writer,
     },
     UpdateMetadata {
         app: String,
@@ -199,7 +228,7 @@ impl Action {
 }
 
 /// One change to tell peers about, in the shape of a `ReplicationInstance`. Every write emits its
-/// records, whatever its source.
+/// records, whatever its writer.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Replication {
     pub action: Action,
@@ -210,10 +239,10 @@ pub struct Replication {
     pub overridden_status: Option<Status>,
     pub instance: Option<InstanceView>,
     /// Pod instances are derived by every replica from its own watch; only Java peers need them.
-    pub origin: OriginKind,
+    pub origin: Origin,
     /// Who asked for the write: Java never replicates what a peer replicated to it; where a
     /// record goes is the replicator's decision.
-    pub source: Source,
+    pub writer: Writer,
 }
 
 /// The status overrides Kubernetes holds for a pod: the pod's annotation, where REST overrides are
@@ -311,7 +340,7 @@ pub struct Stats {
     pub instances: u64,
     /// Native and replicated leases that have expired but are still registered.
     pub expired: u64,
-    pub by_origin: [(OriginKind, u64); 3],
+    pub by_origin: [(Origin, u64); 3],
     pub by_status: StatusCounts,
     pub applications: usize,
     pub version: u64,
@@ -330,8 +359,9 @@ pub struct Totals {
     pub eviction_runs_held: u64,
 }
 
+/// How the registry holds an instance: what its [`Origin`] is, plus what a pod instance needs.
 #[derive(Clone, Debug)]
-enum Origin {
+enum Holding {
     Native,
     Replicated,
     Pod {
@@ -345,17 +375,17 @@ enum Origin {
     },
 }
 
-impl Origin {
-    fn kind(&self) -> OriginKind {
+impl Holding {
+    fn kind(&self) -> Origin {
         match self {
-            Origin::Native => OriginKind::Native,
-            Origin::Replicated => OriginKind::Replicated,
-            Origin::Pod { .. } => OriginKind::Pod,
+            Holding::Native => Origin::Native,
+            Holding::Replicated => Origin::Replicated,
+            Holding::Pod { .. } => Origin::Pod,
         }
     }
 
     fn is_pod(&self) -> bool {
-        matches!(self, Origin::Pod { .. })
+        matches!(self, Holding::Pod { .. })
     }
 }
 
@@ -363,7 +393,7 @@ impl Origin {
 struct Entry {
     info: Arc<InstanceInfo>,
     lease: Lease,
-    origin: Origin,
+    holding: Holding,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -391,7 +421,7 @@ pub struct Registry {
     recent_registered: VecDeque<(i64, String)>,
     recent_cancelled: VecDeque<(i64, String)>,
     counts: StatusCounts,
-    by_origin: HashMap<OriginKind, u64>,
+    by_origin: HashMap<Origin, u64>,
     version: u64,
     /// The registry version of each application's last change (for per-application caches).
     app_versions: HashMap<String, u64>,
@@ -448,29 +478,29 @@ impl Registry {
     /// Applies one write.
     pub fn apply(&mut self, command: Command, now: i64) -> Outcome {
         match command {
-            Command::Register { info, source } => self.register(info, source, now),
+            Command::Register { info, writer } => self.register(info, writer, now),
             Command::Renew {
                 app,
                 id,
-                source,
+                writer,
                 overridden_status,
                 last_dirty_timestamp,
-            } => self.renew(&app, &id, source, overridden_status, last_dirty_timestamp, now),
-            Command::Cancel { app, id, source } => self.cancel(&app, &id, source, now),
+            } => self.renew(&app, &id, writer, overridden_status, last_dirty_timestamp, now),
+            Command::Cancel { app, id, writer } => self.cancel(&app, &id, writer, now),
             Command::SetStatus {
                 app,
                 id,
                 status,
                 last_dirty_timestamp,
-                source,
-            } => self.set_status(&app, &id, status, last_dirty_timestamp, source, now),
+                writer,
+            } => self.set_status(&app, &id, status, last_dirty_timestamp, writer, now),
             Command::DeleteStatusOverride {
                 app,
                 id,
                 status,
                 last_dirty_timestamp,
-                source,
-            } => self.delete_status_override(&app, &id, status, last_dirty_timestamp, source, now),
+                writer,
+            } => self.delete_status_override(&app, &id, status, last_dirty_timestamp, writer, now),
             Command::UpdateMetadata { app, id, entries } => self.update_metadata(&app, &id, entries, now),
             Command::UpsertPod { info, owner, overrides } => self.upsert_pod(info, owner, overrides, now),
             Command::RemovePod { app, id, owner } => self.remove_pod(&app, &id, &owner, now),
@@ -479,13 +509,13 @@ impl Registry {
 
     // === writes ===
 
-    fn register(&mut self, incoming: InstanceInfo, source: Source, now: i64) -> Outcome {
+    fn register(&mut self, incoming: InstanceInfo, writer: Writer, now: i64) -> Outcome {
         let app = incoming.app.clone();
         let id = incoming.id().to_string();
-        let replication = source.is_replication();
+        let replication = writer.is_replication();
         let existing = self.apps.get(&app).and_then(|a| a.get(&id)).cloned();
         if let Some(Entry {
-            origin: Origin::Pod { owner, .. },
+            holding: Holding::Pod { owner, .. },
             ..
         }) = &existing
         {
@@ -534,16 +564,16 @@ impl Registry {
         }
         registrant.action_type = Some(ActionType::Added);
         registrant.last_updated_timestamp = now;
-        let origin = if replication {
-            Origin::Replicated
+        let holding = if replication {
+            Holding::Replicated
         } else {
-            Origin::Native
+            Holding::Native
         };
         self.put(
             Entry {
                 info: Arc::new(registrant),
                 lease,
-                origin,
+                holding,
             },
             now,
         );
@@ -567,7 +597,7 @@ impl Registry {
                 overridden_status: None,
                 instance: Some(instance),
                 origin: stored.origin,
-                source,
+                writer,
             });
         }
         outcome
@@ -577,16 +607,16 @@ impl Registry {
         &mut self,
         app: &str,
         id: &str,
-        source: Source,
+        writer: Writer,
         overridden_param: Option<Status>,
         dirty_param: Option<i64>,
         now: i64,
     ) -> Outcome {
-        let replication = source.is_replication();
+        let replication = writer.is_replication();
         let Some(entry) = self.apps.get(app).and_then(|a| a.get(id)) else {
             return Outcome::reply(Reply::NotFound);
         };
-        if entry.origin.is_pod() {
+        if entry.holding.is_pod() {
             // Kept alive by the controller; a client heartbeat is acknowledged and ignored.
             return Outcome::reply(Reply::Ok);
         }
@@ -616,8 +646,8 @@ impl Registry {
                 status: Some(entry.info.status),
                 overridden_status: self.overrides.get(id).map(|o| o.status),
                 instance: None,
-                origin: entry.origin.kind(),
-                source,
+                origin: entry.holding.kind(),
+                writer,
             });
         }
         if let Some(incoming) = dirty_param.filter(|_| self.config.sync_when_timestamp_differs) {
@@ -642,9 +672,9 @@ impl Registry {
         outcome
     }
 
-    fn cancel(&mut self, app: &str, id: &str, source: Source, now: i64) -> Outcome {
+    fn cancel(&mut self, app: &str, id: &str, writer: Writer, now: i64) -> Outcome {
         if let Some(Entry {
-            origin: Origin::Pod { owner, .. },
+            holding: Holding::Pod { owner, .. },
             ..
         }) = self.apps.get(app).and_then(|a| a.get(id))
         {
@@ -670,7 +700,7 @@ impl Registry {
                 overridden_status: None,
                 instance: None,
                 origin: removed.origin,
-                source,
+                writer,
             });
         }
         outcome
@@ -683,7 +713,7 @@ impl Registry {
         let Some(entry) = self.apps.get(app).and_then(|a| a.get(id)) else {
             return false;
         };
-        if entry.origin.is_pod() || !entry.lease.is_expired(now, 0, mode) {
+        if entry.holding.is_pod() || !entry.lease.is_expired(now, 0, mode) {
             return true;
         }
         !self.preservation.lease_expiration_enabled(now)
@@ -695,7 +725,7 @@ impl Registry {
         id: &str,
         status: Status,
         dirty: Option<i64>,
-        source: Source,
+        writer: Writer,
         now: i64,
     ) -> Outcome {
         if !self.visible(app, id, now) {
@@ -704,8 +734,8 @@ impl Registry {
         self.totals.status_updates += 1;
         let entry = self.apps.get_mut(app).and_then(|a| a.get_mut(id)).expect("visible");
         entry.lease.renew(now);
-        let pod_override = match &mut entry.origin {
-            Origin::Pod { owner, rest, .. } => {
+        let pod_override = match &mut entry.holding {
+            Holding::Pod { owner, rest, .. } => {
                 *rest = Some(RestOverride::Set(status));
                 Some(PodOverride {
                     owner: owner.clone(),
@@ -742,8 +772,8 @@ impl Registry {
                 status: Some(status),
                 overridden_status: None,
                 instance: None,
-                origin: entry.origin.kind(),
-                source,
+                origin: entry.holding.kind(),
+                writer,
             });
         }
         outcome
@@ -755,7 +785,7 @@ impl Registry {
         id: &str,
         status: Status,
         dirty: Option<i64>,
-        source: Source,
+        writer: Writer,
         now: i64,
     ) -> Outcome {
         if !self.visible(app, id, now) {
@@ -763,8 +793,8 @@ impl Registry {
         }
         let entry = self.apps.get_mut(app).and_then(|a| a.get_mut(id)).expect("visible");
         entry.lease.renew(now);
-        let pod_override = match &mut entry.origin {
-            Origin::Pod { owner, rest, .. } => {
+        let pod_override = match &mut entry.holding {
+            Holding::Pod { owner, rest, .. } => {
                 *rest = Some(RestOverride::Deleted);
                 Some(PodOverride {
                     owner: owner.clone(),
@@ -796,8 +826,8 @@ impl Registry {
                 status: Some(entry.info.status),
                 overridden_status: None,
                 instance: None,
-                origin: entry.origin.kind(),
-                source,
+                origin: entry.holding.kind(),
+                writer,
             });
         }
         outcome
@@ -807,7 +837,7 @@ impl Registry {
         let Some(entry) = self.apps.get(app).and_then(|a| a.get(id)) else {
             return Outcome::reply(Reply::NotFound);
         };
-        if let Origin::Pod { owner, .. } = &entry.origin {
+        if let Holding::Pod { owner, .. } = &entry.holding {
             return Outcome::reply(Reply::Refused(format!(
                 "instance {id} of {app} is managed by {owner}; set its metadata in the EurekaApp"
             )));
@@ -817,7 +847,7 @@ impl Registry {
         for (k, v) in entries.iter() {
             info.metadata.insert(k, v);
         }
-        let mut outcome = self.register(info, Source::Client, now);
+        let mut outcome = self.register(info, Writer::Client, now);
         if outcome.reply == Reply::Registered {
             outcome.reply = Reply::Ok;
         }
@@ -831,12 +861,20 @@ impl Registry {
             .apps
             .get(&app)
             .and_then(|a| a.get(&id))
-            .map(|e| (e.origin.clone(), e.info.clone()));
+            .map(|e| (e.holding.clone(), e.info.clone()));
         let rest = match existing.as_ref().map(|(o, _)| o) {
-            Some(Origin::Pod {
-                owner: held_by, rest, ..
-            }) if *held_by == owner => rest.filter(|r| !r.persisted(overrides.annotation)),
-            Some(Origin::Pod { owner: held_by, .. }) => {
+            // A pending REST override lasts until the annotation changes: to record it, or to
+            // anything else (a `kubectl annotate` after the REST call wins; the annotation is the
+            // truth, and a new leader never writes an older REST value over it).
+            Some(Holding::Pod {
+                owner: held_by,
+                rest,
+                overrides: seen,
+                ..
+            }) if *held_by == owner => {
+                rest.filter(|r| !r.persisted(overrides.annotation) && seen.annotation == overrides.annotation)
+            }
+            Some(Holding::Pod { owner: held_by, .. }) => {
                 return Outcome::reply(Reply::Refused(format!("instance id {id} is already held by {held_by}")));
             }
             Some(_) => {
@@ -850,7 +888,7 @@ impl Registry {
         let effective_override = effective_override(overrides, rest);
         info.overridden_status = effective_override;
         info.status = pod_status(reported, effective_override);
-        let origin = Origin::Pod {
+        let origin = Holding::Pod {
             owner,
             reported,
             overrides,
@@ -862,7 +900,7 @@ impl Registry {
             candidate.last_dirty_timestamp = existing.last_dirty_timestamp;
             let entry = self.apps.get_mut(&app).and_then(|a| a.get_mut(&id)).expect("present");
             // The origin always takes the latest intent, even when the instance stays the same.
-            entry.origin = origin;
+            entry.holding = origin;
             if existing.same_description(&candidate) {
                 return Outcome::reply(Reply::Unchanged);
             }
@@ -903,7 +941,7 @@ impl Registry {
             Entry {
                 info: Arc::new(info),
                 lease,
-                origin,
+                holding: origin,
             },
             now,
         );
@@ -917,8 +955,8 @@ impl Registry {
     }
 
     fn remove_pod(&mut self, app: &str, id: &str, owner: &PodOwner, now: i64) -> Outcome {
-        match self.apps.get(app).and_then(|a| a.get(id)).map(|e| &e.origin) {
-            Some(Origin::Pod { owner: held_by, .. }) if held_by == owner => {}
+        match self.apps.get(app).and_then(|a| a.get(id)).map(|e| &e.holding) {
+            Some(Holding::Pod { owner: held_by, .. }) if held_by == owner => {}
             Some(_) => return Outcome::reply(Reply::Refused(format!("instance {id} is not held by {owner}"))),
             None => return Outcome::reply(Reply::NotFound),
         }
@@ -936,12 +974,12 @@ impl Registry {
     /// Recomputes a pod instance's status after its REST override changed.
     fn refresh_pod_status(&mut self, app: &str, id: &str, dirty: Option<i64>, now: i64) {
         let entry = self.apps.get(app).and_then(|a| a.get(id)).expect("present");
-        let Origin::Pod {
+        let Holding::Pod {
             reported,
             overrides,
             rest,
             ..
-        } = &entry.origin
+        } = &entry.holding
         else {
             return;
         };
@@ -960,7 +998,7 @@ impl Registry {
 
     /// One eviction run: removes (at most the eviction limit of) expired native and replicated
     /// leases, chosen with `seed`, unless self-preservation holds expiry back. Returns a `Cancel`
-    /// record per victim with source [`Source::Expiry`] (Java does not replicate evictions; a
+    /// record per victim written by [`Writer::Expiry`] (Java does not replicate evictions; a
     /// replicator may tell its own replicas, which do not evict themselves).
     pub fn evict(&mut self, now: i64, seed: u64) -> Vec<Replication> {
         let compensation =
@@ -977,7 +1015,7 @@ impl Registry {
             .flat_map(|(app, entries)| {
                 entries
                     .iter()
-                    .filter(|(_, e)| !e.origin.is_pod() && e.lease.is_expired(now, compensation, mode))
+                    .filter(|(_, e)| !e.holding.is_pod() && e.lease.is_expired(now, compensation, mode))
                     .map(|(id, _)| Evicted {
                         app: app.clone(),
                         id: id.clone(),
@@ -1003,7 +1041,7 @@ impl Registry {
                     overridden_status: None,
                     instance: None,
                     origin: removed.origin,
-                    source: Source::Expiry,
+                    writer: Writer::Expiry,
                 });
             }
         }
@@ -1161,8 +1199,29 @@ impl Registry {
         self.apps
             .values()
             .flat_map(|entries| entries.values())
-            .filter_map(|e| match &e.origin {
-                Origin::Pod { owner, .. } => Some((owner.clone(), self.view(e))),
+            .filter_map(|e| match &e.holding {
+                Holding::Pod { owner, .. } => Some((owner.clone(), self.view(e))),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The REST overrides on pod instances that their pods' annotations do not show yet (for
+    /// the leader to record on the pods).
+    pub fn pending_pod_overrides(&self) -> Vec<PodOverride> {
+        self.apps
+            .values()
+            .flat_map(|entries| entries.values())
+            .filter_map(|e| match &e.holding {
+                Holding::Pod {
+                    owner, rest: Some(r), ..
+                } => Some(PodOverride {
+                    owner: owner.clone(),
+                    status: match r {
+                        RestOverride::Set(s) => Some(*s),
+                        RestOverride::Deleted => None,
+                    },
+                }),
                 _ => None,
             })
             .collect()
@@ -1178,8 +1237,8 @@ impl Registry {
         self.apps
             .values()
             .flat_map(|entries| entries.values())
-            .filter_map(|e| match &e.origin {
-                Origin::Pod { owner, .. } if owner.namespace == namespace && owner.eureka_app == eureka_app => {
+            .filter_map(|e| match &e.holding {
+                Holding::Pod { owner, .. } if owner.namespace == namespace && owner.eureka_app == eureka_app => {
                     Some((owner.clone(), self.view(e)))
                 }
                 _ => None,
@@ -1206,7 +1265,7 @@ impl Registry {
             startup_time: self.preservation.startup_time,
             instances: self.counts.total(),
             expired: self.expired_count(now),
-            by_origin: [OriginKind::Native, OriginKind::Replicated, OriginKind::Pod]
+            by_origin: [Origin::Native, Origin::Replicated, Origin::Pod]
                 .map(|k| (k, self.by_origin.get(&k).copied().unwrap_or(0))),
             by_status: self.counts,
             applications: self.apps.values().filter(|a| !a.is_empty()).count(),
@@ -1230,12 +1289,12 @@ impl Registry {
         self.apps
             .values()
             .flat_map(|a| a.values())
-            .filter(|e| !e.origin.is_pod() && e.lease.is_expired(now, 0, mode))
+            .filter(|e| !e.holding.is_pod() && e.lease.is_expired(now, 0, mode))
             .count() as u64
     }
 
     fn non_pod_instances(&self) -> u64 {
-        self.counts.total() - self.by_origin.get(&OriginKind::Pod).copied().unwrap_or(0)
+        self.counts.total() - self.by_origin.get(&Origin::Pod).copied().unwrap_or(0)
     }
 
     fn access_override(&mut self, id: &str, now: i64) -> Option<Status> {
@@ -1259,7 +1318,7 @@ impl Registry {
         InstanceView {
             info: e.info.clone(),
             lease: self.lease_view(e),
-            origin: e.origin.kind(),
+            origin: e.holding.kind(),
         }
     }
 
@@ -1296,10 +1355,10 @@ impl Registry {
         let app = entry.info.app.clone();
         let id = entry.info.id().to_string();
         self.counts.add(entry.info.status);
-        *self.by_origin.entry(entry.origin.kind()).or_default() += 1;
+        *self.by_origin.entry(entry.holding.kind()).or_default() += 1;
         if let Some(old) = self.apps.entry(app.clone()).or_default().insert(id.clone(), entry) {
             self.counts.remove(old.info.status);
-            if let Some(n) = self.by_origin.get_mut(&old.origin.kind()) {
+            if let Some(n) = self.by_origin.get_mut(&old.holding.kind()) {
                 *n = n.saturating_sub(1);
             }
         }
@@ -1330,7 +1389,7 @@ impl Registry {
         info.action_type = Some(ActionType::Deleted);
         info.last_updated_timestamp = now;
         self.counts.remove(entry.info.status);
-        if let Some(n) = self.by_origin.get_mut(&entry.origin.kind()) {
+        if let Some(n) = self.by_origin.get_mut(&entry.holding.kind()) {
             *n = n.saturating_sub(1);
         }
         self.recent_cancelled.push_back((now, format!("{app}({id})")));
@@ -1364,8 +1423,8 @@ fn pod_replication(action: Action, view: &InstanceView) -> Replication {
         status: Some(view.info.status),
         overridden_status: None,
         instance: (action == Action::Register).then(|| view.clone()),
-        origin: OriginKind::Pod,
-        source: Source::Client,
+        origin: Origin::Pod,
+        writer: Writer::Controller,
     }
 }
 

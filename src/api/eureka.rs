@@ -9,6 +9,7 @@ use axum::{
 
 use super::{
     Api,
+    auth::Caller,
     negotiate::{self, ApiError, empty},
     peer,
     route::{self, Route},
@@ -16,32 +17,30 @@ use super::{
 use crate::{
     cache::Key,
     codec::{self, Format},
-    registry::{Command, Reply, Source, instance::Status},
-    state::Writer,
+    registry::{Command, Reply, Writer, instance::Status},
 };
 
-/// Who is calling, from the replication headers.
-pub fn writer(headers: &HeaderMap) -> Writer {
-    if headers.contains_key(peer::REPLICA_HEADER) {
-        Writer::Replica
+/// Who is writing, from the replication headers; a marker is honoured only from a caller that
+/// may replicate (see [`Caller`]).
+pub fn writer(headers: &HeaderMap, caller: Caller) -> Result<Writer, ApiError> {
+    let writer = if headers.contains_key(peer::REPLICA_HEADER) {
+        Writer::REPLICA
     } else if headers.get(peer::JAVA_REPLICATION_HEADER).and_then(|v| v.to_str().ok()) == Some("true") {
-        Writer::ForeignPeer
+        Writer::JAVA
     } else {
         Writer::Client
+    };
+    if writer.is_replication() && !caller.may_replicate() {
+        return Err(ApiError::NotAPeer);
     }
-}
-
-fn source(writer: &Writer) -> Source {
-    match writer {
-        Writer::Client | Writer::Controller | Writer::Timer => Source::Client,
-        Writer::Replica | Writer::ForeignPeer => Source::Peer,
-    }
+    Ok(writer)
 }
 
 /// Serves one Eureka request.
 pub async fn handle(
     api: &Api,
     route: Route,
+    caller: Caller,
     method: Method,
     query: Option<&str>,
     headers: &HeaderMap,
@@ -70,7 +69,7 @@ pub async fn handle(
             let payload = state.payload(Key::Delta, format).await;
             Ok(negotiate::payload_reply(payload, format, negotiate::accepts_gzip(headers)).await)
         }
-        (Route::App { app }, Method::POST) => register(api, app, headers, body).await,
+        (Route::App { app }, Method::POST) => register(api, app, caller, headers, body).await,
         (Route::App { app }, _) => {
             let format = negotiate::reply_format(headers)?;
             allow_access(api)?;
@@ -84,6 +83,7 @@ pub async fn handle(
         (Route::Svip { vip }, _) => vips(api, Key::Svip(vip), headers).await,
         (Route::Instance { app, id }, Method::GET) => {
             let format = negotiate::reply_format(headers)?;
+            complete(api)?;
             match state.with_registry(|r, now| r.instance(&app, &id, now)) {
                 Some(view) => Ok(negotiate::document(
                     StatusCode::OK,
@@ -95,6 +95,7 @@ pub async fn handle(
         }
         (Route::InstanceById { id }, _) => {
             let format = negotiate::reply_format(headers)?;
+            complete(api)?;
             match state.with_registry(|r, now| r.find_instance(&id, now)) {
                 Some(view) => Ok(negotiate::document(
                     StatusCode::OK,
@@ -105,8 +106,7 @@ pub async fn handle(
             }
         }
         (Route::Instance { app, id }, Method::PUT) => {
-            let writer = writer(headers);
-            let source = source(&writer);
+            let writer = writer(headers, caller)?;
             // Java renews first: an unknown instance is 404 whatever the parameters say.
             let last_dirty_timestamp = match dirty_timestamp(&params) {
                 Ok(t) => t,
@@ -117,29 +117,25 @@ pub async fn handle(
             };
             // `overriddenstatus` only matters for a peer's heartbeat (Java reads it nowhere else).
             let overridden_status = match route::param(&params, "overriddenstatus") {
-                Some(s) if source.is_replication() => Some(parse_status(s, "overriddenstatus")?),
+                Some(s) if writer.is_replication() => Some(parse_status(s, "overriddenstatus")?),
                 _ => None,
             };
             let command = Command::Renew {
                 app,
                 id,
-                source,
+                writer,
                 overridden_status,
                 last_dirty_timestamp,
             };
-            reply(state.apply(command, writer).reply, headers)
+            reply(state.apply(command).reply, headers)
         }
         (Route::Instance { app, id }, _) => {
-            let writer = writer(headers);
-            let command = Command::Cancel {
-                app,
-                id,
-                source: source(&writer),
-            };
-            reply(state.apply(command, writer).reply, headers)
+            let writer = writer(headers, caller)?;
+            let command = Command::Cancel { app, id, writer };
+            reply(state.apply(command).reply, headers)
         }
         (Route::InstanceStatus { app, id }, method) => {
-            let writer = writer(headers);
+            let writer = writer(headers, caller)?;
             // Java looks the instance up before it reads the parameters.
             let Some((current, overridden)) = state.with_registry(|r, now| {
                 r.instance(&app, &id, now)
@@ -168,14 +164,13 @@ pub async fn handle(
                 Err(_) if !changes => None,
                 Err(e) => return Err(e),
             };
-            let source = source(&writer);
             let command = if method == Method::PUT {
                 Command::SetStatus {
                     app,
                     id,
                     status,
                     last_dirty_timestamp,
-                    source,
+                    writer,
                 }
             } else {
                 Command::DeleteStatusOverride {
@@ -183,17 +178,18 @@ pub async fn handle(
                     id,
                     status,
                     last_dirty_timestamp,
-                    source,
+                    writer,
                 }
             };
-            reply(state.apply(command, writer).reply, headers)
+            reply(state.apply(command).reply, headers)
         }
         (Route::InstanceMetadata { app, id }, _) => {
+            writer(headers, caller)?;
             let entries = params.into_iter().collect();
-            let outcome = state.apply(Command::UpdateMetadata { app, id, entries }, writer(headers));
+            let outcome = state.apply(Command::UpdateMetadata { app, id, entries });
             reply(outcome.reply, headers)
         }
-        (Route::Batch, _) => peer::batch(api, headers, body).await,
+        (Route::Batch, _) => peer::batch(api, caller, headers, body).await,
         (Route::AsgStatus { asg }, _) => Err(ApiError::Invalid(format!(
             "cannot set the status of ASG {asg}: ASG status needs an AWS registry, and this one is not"
         ))),
@@ -212,12 +208,23 @@ async fn vips(api: &Api, key: Key, headers: &HeaderMap) -> Result<Response, ApiE
     Ok(negotiate::payload_reply(payload, format, false).await)
 }
 
-/// Java refuses reads (403) after an empty start until the wait time has passed.
+/// Fetches wait for a complete registry (503 until then, so clients try their next server); then
+/// Java refuses them (403) after an empty start until the wait time has passed.
 fn allow_access(api: &Api) -> Result<(), ApiError> {
+    complete(api)?;
     if api.state.allow_access() {
         Ok(())
     } else {
         Err(ApiError::Forbidden)
+    }
+}
+
+/// Instance lookups wait for a complete registry too.
+fn complete(api: &Api) -> Result<(), ApiError> {
+    if api.health.is_complete() {
+        Ok(())
+    } else {
+        Err(ApiError::Incomplete)
     }
 }
 
@@ -254,7 +261,13 @@ fn reply(reply: Reply, headers: &HeaderMap) -> Result<Response, ApiError> {
     })
 }
 
-async fn register(api: &Api, app: String, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
+async fn register(
+    api: &Api,
+    app: String,
+    caller: Caller,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
     let body = negotiate::read_body(headers, body, api.max_body).await?;
     let (format, converted) = negotiate::body_format(headers, &body)?;
     let bytes = converted.as_deref().unwrap_or(&body);
@@ -267,12 +280,12 @@ async fn register(api: &Api, app: String, headers: &HeaderMap, body: Body) -> Re
         message,
         format: negotiate::reply_format(headers).unwrap_or(Format::Xml),
     })?;
-    let writer = writer(headers);
+    let writer = writer(headers, caller)?;
     let command = Command::Register {
         info: registration.info,
-        source: source(&writer),
+        writer,
     };
-    reply(api.state.apply(command, writer).reply, headers)
+    reply(api.state.apply(command).reply, headers)
 }
 
 /// Memory figures for the status document: (total available, in use), from /proc.

@@ -42,6 +42,15 @@ pub enum ApiError {
     Forbidden,
     #[error("authentication required")]
     Unauthorized,
+    /// A replicated write (a batch, or a replication marker) from a caller that did not present
+    /// the peer credentials.
+    #[error("replication requires the peer credentials (--peer-auth-*); this request authenticated as a client")]
+    NotAPeer,
+    /// A fetch before the registry is complete: 503, so Eureka clients try their next server.
+    #[error(
+        "this replica's registry is not complete yet (start-up sync from peers, Kubernetes watches); try another server"
+    )]
+    Incomplete,
 }
 
 impl ApiError {
@@ -59,6 +68,8 @@ impl ApiError {
             ApiError::Conflict(_) => "conflict",
             ApiError::Forbidden => "forbidden",
             ApiError::Unauthorized => "unauthorized",
+            ApiError::NotAPeer => "not_a_peer",
+            ApiError::Incomplete => "incomplete",
         }
     }
 }
@@ -119,6 +130,13 @@ impl IntoResponse for ApiError {
             }
             ApiError::Conflict(m) => text(StatusCode::CONFLICT, m),
             ApiError::Forbidden => empty(StatusCode::FORBIDDEN),
+            ApiError::NotAPeer => text(StatusCode::FORBIDDEN, message),
+            ApiError::Incomplete => {
+                let mut r = text(StatusCode::SERVICE_UNAVAILABLE, message);
+                r.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                r
+            }
             ApiError::Unauthorized => {
                 let mut r = text(StatusCode::UNAUTHORIZED, message);
                 r.headers_mut().insert(

@@ -9,6 +9,7 @@ use axum::{
 
 use super::{
     Api,
+    auth::Caller,
     negotiate::{self, ApiError},
 };
 use crate::{
@@ -16,8 +17,7 @@ use crate::{
         Format,
         batch::{self, ItemResponse, ReplicationItem},
     },
-    registry::{Action, Command, Reply, Source, instance::Status},
-    state::Writer,
+    registry::{Action, Command, Reply, Writer, instance::Status},
 };
 
 /// Sent by this operator's replicas on every replication request, with the sender's replica id.
@@ -27,18 +27,21 @@ pub const REPLICA_HEADER: &str = "x-eureka-operator-replica";
 /// Java's marker on single-operation replication calls (`"true"` exactly).
 pub const JAVA_REPLICATION_HEADER: &str = "x-netflix-discovery-replication";
 
-pub async fn batch(api: &Api, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
+pub async fn batch(api: &Api, caller: Caller, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
+    if !caller.may_replicate() {
+        return Err(ApiError::NotAPeer);
+    }
     let body = negotiate::read_body(headers, body, api.max_body).await?;
     let writer = if headers.contains_key(REPLICA_HEADER) {
-        Writer::Replica
+        Writer::REPLICA
     } else {
-        Writer::ForeignPeer
+        Writer::JAVA
     };
     let items = batch::decode_list(&body, api.state.now()).map_err(|e| ApiError::Unparseable {
         detail: e.message,
         json: true,
     })?;
-    let responses: Vec<ItemResponse> = items.into_iter().map(|item| apply(api, item, &writer)).collect();
+    let responses: Vec<ItemResponse> = items.into_iter().map(|item| apply(api, item, writer)).collect();
     Ok(negotiate::document(
         StatusCode::OK,
         batch::encode_response(&responses),
@@ -53,7 +56,7 @@ fn status_code(code: u16) -> ItemResponse {
     }
 }
 
-fn apply(api: &Api, item: ReplicationItem, writer: &Writer) -> ItemResponse {
+fn apply(api: &Api, item: ReplicationItem, writer: Writer) -> ItemResponse {
     let exact = |s: Option<&str>| match s {
         None => Ok(None),
         Some(s) => Status::parse_exact(s).map(Some).ok_or(()),
@@ -74,7 +77,7 @@ fn apply(api: &Api, item: ReplicationItem, writer: &Writer) -> ItemResponse {
             }
             Command::Register {
                 info: registration.info,
-                source: Source::Peer,
+                writer,
             }
         }
         Action::Heartbeat => {
@@ -84,7 +87,7 @@ fn apply(api: &Api, item: ReplicationItem, writer: &Writer) -> ItemResponse {
             Command::Renew {
                 app: item.app_name,
                 id: item.id,
-                source: Source::Peer,
+                writer,
                 overridden_status,
                 last_dirty_timestamp: item.last_dirty_timestamp,
             }
@@ -92,7 +95,7 @@ fn apply(api: &Api, item: ReplicationItem, writer: &Writer) -> ItemResponse {
         Action::Cancel => Command::Cancel {
             app: item.app_name,
             id: item.id,
-            source: Source::Peer,
+            writer,
         },
         Action::StatusUpdate => {
             let Ok(Some(status)) = exact(item.status.as_deref()) else {
@@ -103,7 +106,7 @@ fn apply(api: &Api, item: ReplicationItem, writer: &Writer) -> ItemResponse {
                 id: item.id,
                 status,
                 last_dirty_timestamp: item.last_dirty_timestamp,
-                source: Source::Peer,
+                writer,
             }
         }
         Action::DeleteStatusOverride => {
@@ -115,12 +118,12 @@ fn apply(api: &Api, item: ReplicationItem, writer: &Writer) -> ItemResponse {
                 id: item.id,
                 status: status.unwrap_or(Status::Unknown),
                 last_dirty_timestamp: item.last_dirty_timestamp,
-                source: Source::Peer,
+                writer,
             }
         }
     };
     let is_register = matches!(command, Command::Register { .. });
-    match api.state.apply(command, writer.clone()).reply {
+    match api.state.apply(command).reply {
         Reply::Registered | Reply::Ok | Reply::Unchanged => status_code(200),
         Reply::NotFound => status_code(404),
         Reply::Conflict(view) => ItemResponse {

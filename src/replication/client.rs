@@ -1,6 +1,11 @@
 //! HTTP to peers: sending replication batches (`POST {url}peerreplication/batch/`) and
-//! fetching a peer's registry (`GET {url}apps/`), with timeouts, basic auth from the URL, and
-//! the classification of failures into retry classes.
+//! fetching a peer's registry (`GET {url}apps/`), with timeouts, basic auth, and the
+//! classification of failures into retry classes.
+//!
+//! Credentials: those in a peer's URL win; otherwise our replicas get this server's peer
+//! credentials (`--peer-auth-*`, else `--basic-auth-*`), so replicas found through the headless
+//! Service authenticate without credentials in any URL. Java peers get only what their URL
+//! carries: our peer secret is never sent to a server that is not one of our replicas.
 
 use std::time::Duration;
 
@@ -22,6 +27,8 @@ pub enum Error {
     Network { url: String, source: reqwest::Error },
     #[error("peer {url} is congested ({status})")]
     Congested { url: String, status: String },
+    #[error("peer {url} refused our credentials ({status}); check --peer-auth-* here and the peer's basic auth")]
+    Unauthorized { url: String, status: StatusCode },
     #[error("peer {url} refused the request: {status}")]
     Refused { url: String, status: StatusCode },
     #[error("failed to read the answer of peer {url}: {source}")]
@@ -33,6 +40,7 @@ impl Error {
         match self {
             Error::Network { .. } => Failure::Network,
             Error::Congested { .. } => Failure::Congestion,
+            Error::Unauthorized { .. } => Failure::Unauthorized,
             // An answer we cannot read would fail again: Java loops here; we drop the batch.
             Error::Refused { .. } | Error::Decode { .. } => Failure::Permanent,
         }
@@ -76,12 +84,21 @@ impl PeerUrl {
 /// Talks to peers.
 #[derive(Clone)]
 pub struct PeerClient {
+    /// One connection pool for every peer.
     http: reqwest::Client,
+    /// Sent in [`REPLICA_HEADER`] to our own replicas.
     replica_id: String,
+    /// What our replicas authenticate with when their URL carries no credentials.
+    credentials: Option<(String, String)>,
 }
 
 impl PeerClient {
-    pub fn new(connect_timeout: Duration, read_timeout: Duration, replica_id: &str) -> PeerClient {
+    pub fn new(
+        connect_timeout: Duration,
+        read_timeout: Duration,
+        replica_id: &str,
+        credentials: Option<(String, String)>,
+    ) -> PeerClient {
         let http = reqwest::Client::builder()
             .connect_timeout(connect_timeout)
             .timeout(connect_timeout + read_timeout)
@@ -92,6 +109,7 @@ impl PeerClient {
         PeerClient {
             http,
             replica_id: replica_id.to_string(),
+            credentials,
         }
     }
 
@@ -100,7 +118,11 @@ impl PeerClient {
         if own_replica {
             b = b.header(REPLICA_HEADER, &self.replica_id);
         }
-        if let Some((u, p)) = &peer.credentials {
+        let credentials = peer
+            .credentials
+            .as_ref()
+            .or(self.credentials.as_ref().filter(|_| own_replica));
+        if let Some((u, p)) = credentials {
             b = b.basic_auth(u, Some(p));
         }
         b
@@ -130,12 +152,7 @@ impl PeerClient {
                 status: status.to_string(),
             });
         }
-        if !status.is_success() {
-            return Err(Error::Refused {
-                url: peer.base.clone(),
-                status,
-            });
-        }
+        refused(&peer.base, status)?;
         let bytes = resp.bytes().await.map_err(|source| classify(&peer.base, source))?;
         let now = now_ms();
         batch::decode_response(&bytes, now).map_err(|source| Error::Decode {
@@ -146,24 +163,150 @@ impl PeerClient {
 
     /// A peer's whole registry (`GET apps/`), as instances with their lease terms.
     pub async fn fetch(&self, peer: &PeerUrl, own_replica: bool) -> Result<Vec<InstanceInfo>, Error> {
+        let bytes = self.fetch_bytes(peer, own_replica).await?;
+        codec::json::applications_from_slice(&bytes, now_ms()).map_err(|source| Error::Decode {
+            url: peer.base.clone(),
+            source,
+        })
+    }
+
+    /// A peer's whole registry with, per instance, when the peer last saw it renew.
+    pub async fn fetch_with_renewals(&self, peer: &PeerUrl, own_replica: bool) -> Result<Fetched, Error> {
+        let bytes = self.fetch_bytes(peer, own_replica).await?;
+        let decode = |source| Error::Decode {
+            url: peer.base.clone(),
+            source,
+        };
+        let instances = codec::json::applications_from_slice(&bytes, now_ms()).map_err(decode)?;
+        let renewals = renewals(&bytes).map_err(decode)?;
+        Ok(Fetched { instances, renewals })
+    }
+
+    async fn fetch_bytes(&self, peer: &PeerUrl, own_replica: bool) -> Result<bytes::Bytes, Error> {
         let url = format!("{}apps/", peer.base);
         let resp = self
             .request(peer, self.http.get(&url), own_replica)
             .send()
             .await
             .map_err(|source| classify(&peer.base, source))?;
-        let status = resp.status();
-        if !status.is_success() {
-            return Err(Error::Refused {
-                url: peer.base.clone(),
-                status,
-            });
+        refused(&peer.base, resp.status())?;
+        resp.bytes().await.map_err(|source| classify(&peer.base, source))
+    }
+}
+
+/// A peer's registry and the lease renewals it has seen.
+#[derive(Clone, Debug, Default)]
+pub struct Fetched {
+    pub instances: Vec<InstanceInfo>,
+    /// `(APP, instance id)` → the lease as the peer reports it.
+    pub renewals: std::collections::HashMap<(String, String), Renewal>,
+}
+
+/// A lease as a peer reports it (`leaseInfo`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Renewal {
+    /// `lastRenewalTimestamp` (ms).
+    pub last_renewal: i64,
+    /// `durationInSecs`, in ms.
+    pub duration_ms: i64,
+}
+
+/// Reads only `(app, instanceId, leaseInfo)` of each instance of an `applications` document,
+/// skipping everything else without building a tree.
+fn renewals(body: &[u8]) -> Result<std::collections::HashMap<(String, String), Renewal>, DecodeError> {
+    use serde::Deserialize;
+
+    /// Jackson writes a single element without the list around it.
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany<T> {
+        Many(Vec<T>),
+        One(T),
+    }
+    impl<T> OneOrMany<T> {
+        fn into_vec(self) -> Vec<T> {
+            match self {
+                OneOrMany::Many(v) => v,
+                OneOrMany::One(t) => vec![t],
+            }
         }
-        let bytes = resp.bytes().await.map_err(|source| classify(&peer.base, source))?;
-        codec::json::applications_from_slice(&bytes, now_ms()).map_err(|source| Error::Decode {
-            url: peer.base.clone(),
-            source,
-        })
+    }
+    #[derive(Deserialize)]
+    struct Doc {
+        applications: Apps,
+    }
+    #[derive(Deserialize)]
+    struct Apps {
+        #[serde(default)]
+        application: Option<OneOrMany<App>>,
+    }
+    #[derive(Deserialize)]
+    struct App {
+        #[serde(default)]
+        instance: Option<OneOrMany<Instance>>,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Instance {
+        #[serde(default)]
+        instance_id: Option<String>,
+        #[serde(default)]
+        host_name: String,
+        #[serde(default)]
+        app: String,
+        #[serde(default)]
+        lease_info: Option<Lease>,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Lease {
+        #[serde(default)]
+        last_renewal_timestamp: i64,
+        #[serde(default = "default_duration")]
+        duration_in_secs: i64,
+    }
+    fn default_duration() -> i64 {
+        90
+    }
+    let doc: Doc = serde_json::from_slice(body).map_err(|e| DecodeError::new(format!("invalid JSON: {e}")))?;
+    let mut out = std::collections::HashMap::new();
+    for app in doc
+        .applications
+        .application
+        .map(OneOrMany::into_vec)
+        .unwrap_or_default()
+    {
+        for i in app.instance.map(OneOrMany::into_vec).unwrap_or_default() {
+            let Some(lease) = i.lease_info else { continue };
+            let id = i.instance_id.filter(|s| !s.is_empty()).unwrap_or(i.host_name);
+            out.insert(
+                (i.app.to_ascii_uppercase(), id),
+                Renewal {
+                    last_renewal: lease.last_renewal_timestamp,
+                    duration_ms: lease.duration_in_secs.saturating_mul(1000),
+                },
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// A non-success answer as an error: 401/403 are about credentials, anything else is a refusal.
+fn refused(url: &str, status: StatusCode) -> Result<(), Error> {
+    match status {
+        s if s.is_success() => Ok(()),
+        StatusCode::SERVICE_UNAVAILABLE => Err(Error::Congested {
+            url: url.to_string(),
+            status: status.to_string(),
+        }),
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Err(Error::Unauthorized {
+            url: url.to_string(),
+            status,
+        }),
+        status => Err(Error::Refused {
+            url: url.to_string(),
+            status,
+        }),
     }
 }
 
