@@ -303,6 +303,10 @@ pub struct KubernetesArgs {
     #[arg(long, env = "EUREKA_KUBERNETES_WRITE_MAX_BACKOFF_MS", default_value_t = 60_000, value_parser = positive)]
     pub kubernetes_write_max_backoff_ms: u64,
 
+    /// Longest wait between retries of a failing watch (exponential from 250 ms, with jitter).
+    #[arg(long, env = "EUREKA_WATCH_MAX_BACKOFF_MS", default_value_t = 5_000, value_parser = positive)]
+    pub watch_max_backoff_ms: u64,
+
     /// How often pod instances whose EurekaApp is gone are looked for (they are also removed when
     /// a re-list shows the EurekaApp gone).
     #[arg(long, env = "EUREKA_POD_INSTANCE_SWEEP_INTERVAL_MS", default_value_t = 30_000, value_parser = positive)]
@@ -428,6 +432,7 @@ impl KubernetesArgs {
                 pod_ip: me.pod_ip.clone(),
             },
             max_backoff: Duration::from_millis(self.kubernetes_write_max_backoff_ms),
+            watch_max_backoff: Duration::from_millis(self.watch_max_backoff_ms),
             sweep_interval: Duration::from_millis(self.pod_instance_sweep_interval_ms),
         }
     }

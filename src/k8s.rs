@@ -42,6 +42,8 @@ pub struct Settings {
     /// This replica's pod name and IP, so it is never its own peer.
     pub me: peers::OwnPod,
     pub max_backoff: Duration,
+    /// Longest wait between retries of a failing watch.
+    pub watch_max_backoff: Duration,
     pub sweep_interval: Duration,
 }
 
@@ -147,6 +149,7 @@ pub fn start(
             cluster_domain: ctl_settings.cluster_domain,
             namespaces: ctl_settings.namespaces,
             max_backoff: ctl_settings.max_backoff,
+            watch_max_backoff: ctl_settings.watch_max_backoff,
             sweep_interval: ctl_settings.sweep_interval,
         };
         let parts = controller::Parts {
@@ -169,10 +172,10 @@ pub fn start(
             Expect::RunsForever,
             peers::watch_replicas(
                 client,
-                namespace,
-                name,
+                (namespace, name),
                 settings.me,
                 found_tx,
+                watch::Backoff::new(settings.watch_max_backoff),
                 watch_errors,
                 wiring.health,
             ),

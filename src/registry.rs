@@ -162,6 +162,13 @@ pub enum Command {
         id: String,
         entries: Metadata,
     },
+    /// The leader's eviction of an expired lease, replicated to a replica that does not evict on
+    /// its own: applied only if the lease has expired here too, so an instance that renews on
+    /// this replica (a partition kept its renewals from the leader) is never removed.
+    Evict {
+        app: String,
+        id: String,
+    },
     /// Creates or updates the instance of a pod. `info.status` is what the pod's state maps to.
     UpsertPod {
         info: InstanceInfo,
@@ -502,6 +509,7 @@ impl Registry {
                 writer,
             } => self.delete_status_override(&app, &id, status, last_dirty_timestamp, writer, now),
             Command::UpdateMetadata { app, id, entries } => self.update_metadata(&app, &id, entries, now),
+            Command::Evict { app, id } => self.evict_replicated(&app, &id, now),
             Command::UpsertPod { info, owner, overrides } => self.upsert_pod(info, owner, overrides, now),
             Command::RemovePod { app, id, owner } => self.remove_pod(&app, &id, &owner, now),
         }
@@ -991,6 +999,43 @@ impl Registry {
                 info.overridden_status = effective;
                 info.last_dirty_timestamp = dirty.unwrap_or(now).max(info.last_dirty_timestamp.saturating_add(1));
             });
+        }
+    }
+
+    fn evict_replicated(&mut self, app: &str, id: &str, now: i64) -> Outcome {
+        let mode = self.config.lease_expiry;
+        let Some(entry) = self.apps.get(app).and_then(|a| a.get(id)) else {
+            return Outcome::reply(Reply::NotFound);
+        };
+        if entry.holding.is_pod() {
+            return Outcome::reply(Reply::Refused(format!("instance {id} of {app} is a pod instance")));
+        }
+        if !entry.lease.is_expired(now, 0, mode) {
+            return Outcome::reply(Reply::Refused(format!(
+                "instance {id} of {app} renewed here within its lease; not evicted"
+            )));
+        }
+        self.overrides.remove(id);
+        let Some(removed) = self.remove(app, id, now) else {
+            return Outcome::reply(Reply::NotFound);
+        };
+        self.preservation.client_cancelled();
+        self.totals.evictions += 1;
+        Outcome {
+            reply: Reply::Ok,
+            replicate: vec![Replication {
+                action: Action::Cancel,
+                app: app.to_string(),
+                id: id.to_string(),
+                last_dirty_timestamp: None,
+                status: None,
+                overridden_status: None,
+                instance: None,
+                origin: removed.origin,
+                // Replicated: it goes no further.
+                writer: Writer::REPLICA,
+            }],
+            pod_override: None,
         }
     }
 

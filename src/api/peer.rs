@@ -92,6 +92,10 @@ fn apply(api: &Api, item: ReplicationItem, writer: Writer) -> ItemResponse {
                 last_dirty_timestamp: item.last_dirty_timestamp,
             }
         }
+        Action::Cancel if item.eviction => Command::Evict {
+            app: item.app_name,
+            id: item.id,
+        },
         Action::Cancel => Command::Cancel {
             app: item.app_name,
             id: item.id,
@@ -131,7 +135,7 @@ fn apply(api: &Api, item: ReplicationItem, writer: Writer) -> ItemResponse {
             entity: Some(*view),
         },
         Reply::Refused(message) => {
-            tracing::warn!(%message, "refused a replicated write to a pod instance");
+            tracing::info!(%message, "refused a replicated write");
             status_code(if is_register { 200 } else { 409 })
         }
     }

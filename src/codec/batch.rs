@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use super::{DecodeError, json};
-use crate::registry::{Action, Replication, instance::InstanceInfo, view::InstanceView};
+use crate::registry::{Action, Replication, Writer, instance::InstanceInfo, view::InstanceView};
 
 /// One received `ReplicationInstance`.
 #[derive(Clone, Debug, PartialEq)]
@@ -18,6 +18,10 @@ pub struct ReplicationItem {
     pub status: Option<String>,
     pub overridden_status: Option<String>,
     pub instance: Option<InstanceInfo>,
+    /// A `Cancel` that is the leader's eviction of an expired lease (`"eviction": true`, sent only
+    /// between this operator's replicas): the receiver removes the instance only if its own lease
+    /// has expired too.
+    pub eviction: bool,
 }
 
 fn opt_str(obj: &serde_json::Map<String, Value>, key: &str) -> Option<String> {
@@ -56,6 +60,7 @@ fn item(v: &Value, now: i64) -> Result<ReplicationItem, String> {
         status: opt_str(obj, "status"),
         overridden_status: opt_str(obj, "overriddenStatus"),
         instance,
+        eviction: obj.get("eviction").and_then(Value::as_bool).unwrap_or(false),
     })
 }
 
@@ -122,6 +127,10 @@ pub fn encode_list(items: &[&Replication]) -> Vec<u8> {
         if let Some(i) = &r.instance {
             out.extend_from_slice(b",\"instanceInfo\":");
             json::instance(&mut out, i);
+        }
+        if r.action == Action::Cancel && r.writer == Writer::Expiry {
+            // Only ever sent to our own replicas (evictions are not replicated to Java peers).
+            out.extend_from_slice(b",\"eviction\":true");
         }
         out.extend_from_slice(format!(",\"action\":\"{}\"}}", r.action.as_str()).as_bytes());
     }

@@ -52,7 +52,7 @@ use super::{
     plan::{self, Context as PlanContext, Plan, Problem, Target, selector_matches},
     pods::PodInfo,
     status::{self, Note, NoteLimiter},
-    watch::{Follower, follow},
+    watch::{Backoff, Follower, follow},
 };
 use crate::{
     health::{Condition, Health},
@@ -78,6 +78,8 @@ pub struct Settings {
     pub namespaces: Vec<String>,
     /// Longest wait between retries of a failed Kubernetes write.
     pub max_backoff: Duration,
+    /// Longest wait between retries of a failing watch.
+    pub watch_max_backoff: Duration,
     /// How often pod instances of gone EurekaApps are looked for.
     pub sweep_interval: Duration,
 }
@@ -323,6 +325,7 @@ pub async fn run(settings: Settings, parts: Parts, shutdown: Shutdown) -> anyhow
         let (tx, rx) = mpsc::unbounded_channel();
         let (all_tx, all_rx) = mpsc::unbounded_channel();
         let c = Controller::new(api, watcher::Config::default())
+            .trigger_backoff(Backoff::new(settings.watch_max_backoff))
             .reconcile_on(receiver_stream(rx))
             .reconcile_all_on(receiver_stream(all_rx))
             .graceful_shutdown_on(shutdown.clone().wait());
@@ -386,7 +389,7 @@ async fn watch_pods_and_nodes(ctx: Arc<Context>, scopes: Vec<Scope>) -> anyhow::
             Scope::All => Api::all(ctx.client.clone()),
             Scope::Namespace(ns) => Api::namespaced(ctx.client.clone(), ns),
         };
-        let stream = watcher(api, watcher::Config::default()).default_backoff();
+        let stream = watcher(api, watcher::Config::default()).backoff(Backoff::new(ctx.settings.watch_max_backoff));
         let follower = PodFollower {
             ctx: ctx.clone(),
             scope: scope.clone(),
@@ -405,7 +408,9 @@ async fn watch_pods_and_nodes(ctx: Arc<Context>, scopes: Vec<Scope>) -> anyhow::
     });
     let nodes = {
         let api: Api<PartialObjectMeta<Node>> = Api::all(ctx.client.clone());
-        let stream: BoxStream<'static, _> = watcher(api, watcher::Config::default()).default_backoff().boxed();
+        let stream: BoxStream<'static, _> = watcher(api, watcher::Config::default())
+            .backoff(Backoff::new(ctx.settings.watch_max_backoff))
+            .boxed();
         let follower = NodeFollower(ctx.clone());
         async move {
             follow(

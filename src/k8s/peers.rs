@@ -16,7 +16,7 @@ use parking_lot::Mutex;
 use prometheus_client::metrics::counter::Counter;
 use tokio::sync::watch;
 
-use super::watch::{Follower, follow};
+use super::watch::{Backoff, Follower, follow};
 use crate::health::Health;
 
 /// A replica's Eureka URL and whether it is ready (a source for the start-up sync).
@@ -133,16 +133,16 @@ impl Follower<EndpointSlice> for Slices {
 /// Watches the slices of `namespace/service` until the stream ends (an error) or shutdown.
 pub async fn watch_replicas(
     client: Client,
-    namespace: String,
-    service: String,
+    (namespace, service): (String, String),
     me: OwnPod,
     tx: watch::Sender<Option<Vec<ReplicaEndpoint>>>,
+    backoff: Backoff,
     errors: Counter,
     health: Arc<Health>,
 ) -> anyhow::Result<()> {
     let api: Api<EndpointSlice> = Api::namespaced(client, &namespace);
     let config = watcher::Config::default().labels(&format!("kubernetes.io/service-name={service}"));
-    let stream = watcher(api, config).default_backoff();
+    let stream = watcher(api, config).backoff(backoff);
     let follower = Slices {
         me,
         slices: Mutex::new(BTreeMap::new()),

@@ -9,7 +9,7 @@
 //! as a `/readyz` warning until the watch delivers again. A stream that ends returns `Err`: the
 //! supervisor stops the process rather than serve from a dead watch.
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use futures::{Stream, StreamExt};
 use kube::runtime::watcher::{self, Event};
@@ -81,6 +81,48 @@ where
     anyhow::bail!("failed to keep the {what} watch running: the stream ended")
 }
 
+/// How a failing watch retries: exponential from 250 ms up to `max` (`--watch-max-backoff-ms`),
+/// with ±20 % jitter so replicas do not retry in step, reset once the watch delivers. kube-runtime's
+/// default follows client-go (up to 30 s); a registry must converge within seconds of an
+/// apiserver coming back.
+#[derive(Clone, Debug)]
+pub struct Backoff {
+    max: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    pub const MIN: Duration = Duration::from_millis(250);
+
+    pub fn new(max: Duration) -> Backoff {
+        Backoff {
+            max: max.max(Backoff::MIN),
+            next: Backoff::MIN,
+        }
+    }
+}
+
+impl Iterator for Backoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let base = self.next;
+        self.next = (self.next * 2).min(self.max);
+        // Jitter from the clock's nanoseconds: no shared RNG needed for a spread of ±20 %.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let factor = 0.8 + 0.4 * f64::from(nanos % 1000) / 1000.0;
+        Some(base.mul_f64(factor))
+    }
+}
+
+impl kube::runtime::utils::Backoff for Backoff {
+    fn reset(&mut self) {
+        self.next = Backoff::MIN;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,6 +145,22 @@ mod tests {
         fn relisted(&self, items: Vec<String>) {
             self.0.lock().push(format!("relist {}", items.join(",")));
         }
+    }
+
+    #[test]
+    fn backoff_doubles_to_its_cap_and_resets() {
+        use kube::runtime::utils::Backoff as _;
+        let mut b = Backoff::new(Duration::from_secs(2));
+        let d: Vec<Duration> = (0..6).map(|_| b.next().unwrap()).collect();
+        let within = |d: Duration, base: u64| {
+            d >= Duration::from_millis(base * 8 / 10) && d <= Duration::from_millis(base * 12 / 10)
+        };
+        assert!(
+            within(d[0], 250) && within(d[1], 500) && within(d[3], 2000) && within(d[5], 2000),
+            "{d:?}"
+        );
+        b.reset();
+        assert!(within(b.next().unwrap(), 250));
     }
 
     #[tokio::test]

@@ -937,3 +937,29 @@ fn an_application_whose_last_instance_goes_is_forgotten() {
     register(&mut r, inst("orders", "o-2"), T0 + 2);
     assert_eq!(r.app_view("ORDERS").unwrap().instances.len(), 1);
 }
+
+#[test]
+fn a_replicated_eviction_spares_a_lease_that_renewed_here() {
+    let mut r = registry();
+    register(&mut r, inst("ORDERS", "live"), T0);
+    register(&mut r, inst("ORDERS", "dead"), T0);
+    // `live` keeps renewing on this replica; the leader never saw those renewals.
+    renew(&mut r, "ORDERS", "live", T0 + 80_000);
+    let evict = |id: &str| Command::Evict {
+        app: "ORDERS".into(),
+        id: id.into(),
+    };
+    let now = T0 + 100_000;
+    let out = r.apply(evict("live"), now);
+    assert!(matches!(out.reply, Reply::Refused(_)), "{:?}", out.reply);
+    assert!(r.contains("ORDERS", "live"));
+    let out = r.apply(evict("dead"), now);
+    assert_eq!(out.reply, Reply::Ok);
+    assert!(!r.contains("ORDERS", "dead"));
+    assert_eq!(
+        out.replicate[0].writer,
+        Writer::REPLICA,
+        "a replicated eviction goes no further"
+    );
+    assert_eq!(r.apply(evict("dead"), now).reply, Reply::NotFound);
+}

@@ -60,6 +60,9 @@ pub struct Repairs {
     pub take: HashMap<Key, usize>,
     /// Instances to cancel on a replica (peer index → keys).
     pub cancel: HashMap<usize, Vec<Key>>,
+    /// Our instances that a replica saw renew more recently than we did (its clients' heartbeats
+    /// could not reach us): renewed here, so this replica does not evict them while they live.
+    pub refresh: Vec<Key>,
 }
 
 /// Pure: the repairs between our registry (`ours`: non-pod key → our renewal) and the fetched
@@ -94,6 +97,20 @@ pub fn plan(ours: &HashMap<Key, Renewal>, theirs: &[HashMap<Key, Renewal>], now:
             repairs.cancel.insert(n, cancel);
         }
     }
+    for (key, ours) in ours {
+        // Half a lease without a renewal here while a replica saw a later one: renew ours, so a
+        // comparison every half lease keeps it alive as long as it lives anywhere.
+        let lagging = now - ours.last_renewal > ours.duration_ms / 2;
+        let behind = lagging
+            && theirs.iter().any(|t| {
+                t.get(key)
+                    .is_some_and(|r| is_fresh(*r, now) && r.last_renewal > ours.last_renewal)
+            });
+        if behind {
+            repairs.refresh.push(key.clone());
+        }
+    }
+    repairs.refresh.sort();
     repairs
 }
 
@@ -256,6 +273,22 @@ impl Replicator {
             });
             count("taken_from_peer", 1);
         }
+        for key in &repairs.refresh {
+            self.state.apply(Command::Renew {
+                app: key.0.clone(),
+                id: key.1.clone(),
+                writer: Writer::REPLICA,
+                overridden_status: None,
+                last_dirty_timestamp: None,
+            });
+        }
+        if !repairs.refresh.is_empty() {
+            tracing::info!(
+                instances = repairs.refresh.len(),
+                "renewed instances whose heartbeats reached only other replicas"
+            );
+            count("renewed_from_peer", repairs.refresh.len());
+        }
         for (n, keys) in &repairs.cancel {
             let q = fetched[*n].0;
             for key in keys {
@@ -349,6 +382,14 @@ mod tests {
         let ours: HashMap<Key, Renewal> = [(key("live"), renewed(1_000)), (key("expired"), renewed(10_000_000))].into();
         let r = plan(&ours, &[HashMap::new()], NOW);
         assert_eq!(r.push.get(&0), Some(&vec![key("live")]));
+    }
+
+    #[test]
+    fn a_copy_that_lags_a_fresher_replica_is_renewed() {
+        let ours: HashMap<Key, Renewal> = [(key("x"), renewed(50_000)), (key("y"), renewed(1_000))].into();
+        let f: HashMap<Key, Renewal> = [(key("x"), renewed(2_000)), (key("y"), renewed(2_000))].into();
+        let r = plan(&ours, &[f], NOW);
+        assert_eq!(r.refresh, vec![key("x")]);
     }
 
     #[test]

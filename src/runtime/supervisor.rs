@@ -103,6 +103,8 @@ impl Supervisor {
     where
         F: Future<Output = anyhow::Result<()>> + Send + 'static,
     {
+        #[cfg(feature = "fault-injection")]
+        let task = inject_fault(name, task);
         let handle = self.tasks.spawn(async move { (name, expect, task.await) });
         self.names.insert(handle.id(), name);
     }
@@ -193,6 +195,27 @@ impl Supervisor {
                 task: self.names.remove(&e.id()).unwrap_or("unknown"),
             }),
         }
+    }
+}
+
+/// Test builds: `EUREKA_FAULT_INJECT=<task>:<ms>` panics the task named `<task>` after `<ms>`.
+#[cfg(feature = "fault-injection")]
+fn inject_fault<F>(name: &'static str, task: F) -> std::pin::Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send>>
+where
+    F: Future<Output = anyhow::Result<()>> + Send + 'static,
+{
+    let fault = std::env::var("EUREKA_FAULT_INJECT").ok().and_then(|v| {
+        let (task, ms) = v.rsplit_once(':')?;
+        (task == name).then(|| ms.parse::<u64>().ok()).flatten()
+    });
+    match fault {
+        None => Box::pin(task),
+        Some(ms) => Box::pin(async move {
+            tokio::select! {
+                result = task => result,
+                _ = tokio::time::sleep(Duration::from_millis(ms)) => panic!("injected fault in the {name} task"),
+            }
+        }),
     }
 }
 

@@ -11,6 +11,7 @@ mod controller;
 mod dashboard;
 mod differential;
 mod examples;
+mod faults;
 mod ha;
 mod java_peering;
 mod peers_eureka;

@@ -70,8 +70,12 @@ pub struct Server {
 }
 
 impl Server {
+    /// The binary under test: this build's, or `EO_OPERATOR_BIN` (to run a regression test
+    /// against an older build and see it fail).
     pub fn binary() -> PathBuf {
-        PathBuf::from(env!("CARGO_BIN_EXE_eureka-operator"))
+        std::env::var_os("EO_OPERATOR_BIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_eureka-operator")))
     }
 
     /// Starts the server (standalone unless `args` say otherwise) and waits for `/readyz`.
@@ -86,6 +90,13 @@ impl Server {
     }
 
     pub async fn start_on(ip: Ipv4Addr, port: u16, admin_port: u16, args: &[&str], env: &[(&str, &str)]) -> Server {
+        let server = Server::spawn_on(ip, port, admin_port, args, env);
+        server.wait_ready().await;
+        server
+    }
+
+    /// Starts the process without waiting for it to be ready.
+    pub fn spawn_on(ip: Ipv4Addr, port: u16, admin_port: u16, args: &[&str], env: &[(&str, &str)]) -> Server {
         let dir = scratch_dir("server");
         let mut cmd = Command::new(Server::binary());
         cmd.arg("--bind")
@@ -100,15 +111,13 @@ impl Server {
             cmd.env(k, v);
         }
         let proc = Proc::spawn("eureka-operator", cmd, &dir.path().join("server.log"));
-        let server = Server {
+        Server {
             proc,
             ip,
             port,
             admin_port,
             dir,
-        };
-        server.wait_ready().await;
-        server
+        }
     }
 
     pub async fn wait_ready(&self) {
@@ -472,4 +481,121 @@ pub fn spring_instance(app: &str, id: &str, host: &str, ip: &str, port: u16, vip
         "port": {"$": port, "@enabled": "true"}, "securePort": {"$": 443, "@enabled": "false"},
         "metadata": {}
     })
+}
+
+// === a native client played by the test ===
+
+/// One instance registered over HTTP by the test itself, as a Eureka client would: the Spring
+/// client's body ([`spring_instance`]) with the given lease, optional basic auth.
+#[derive(Clone, Debug)]
+pub struct Native {
+    /// The server's Eureka base URL (ending in `/eureka/`).
+    pub base: String,
+    pub app: String,
+    pub id: String,
+    /// Lease duration and renewal interval in seconds.
+    pub lease: (u32, u32),
+    pub auth: Option<(String, String)>,
+}
+
+impl Native {
+    pub fn new(base: &str, app: &str, id: &str) -> Native {
+        Native {
+            base: base.to_string(),
+            app: app.to_ascii_uppercase(),
+            id: id.to_string(),
+            lease: (90, 30),
+            auth: None,
+        }
+    }
+
+    pub fn lease(mut self, duration: u32, interval: u32) -> Native {
+        self.lease = (duration, interval);
+        self
+    }
+
+    pub fn auth(mut self, user: &str, password: &str) -> Native {
+        self.auth = Some((user.into(), password.into()));
+        self
+    }
+
+    /// The same instance on another server.
+    pub fn on(&self, base: &str) -> Native {
+        Native {
+            base: base.to_string(),
+            ..self.clone()
+        }
+    }
+
+    /// The registration body.
+    pub fn body(&self) -> Value {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64;
+        let mut v = spring_instance(
+            &self.app,
+            &self.id,
+            &format!("{}.example", self.id),
+            "10.30.0.1",
+            8080,
+            &self.app.to_lowercase(),
+            now,
+        );
+        v["leaseInfo"]["durationInSecs"] = self.lease.0.into();
+        v["leaseInfo"]["renewalIntervalInSecs"] = self.lease.1.into();
+        serde_json::json!({ "instance": v })
+    }
+
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let b = http().request(method, format!("{}{path}", self.base));
+        match &self.auth {
+            Some((u, p)) => b.basic_auth(u, Some(p)),
+            None => b,
+        }
+    }
+
+    /// `POST apps/{app}`; the HTTP status (0 when the server did not answer).
+    pub async fn register(&self) -> u16 {
+        let r = self
+            .request(reqwest::Method::POST, &format!("apps/{}", self.app))
+            .header("Content-Type", "application/json")
+            .body(self.body().to_string())
+            .send()
+            .await;
+        r.map(|r| r.status().as_u16()).unwrap_or(0)
+    }
+
+    /// `PUT apps/{app}/{id}` (a heartbeat); the HTTP status (0 when the server did not answer).
+    pub async fn heartbeat(&self) -> u16 {
+        let r = self
+            .request(
+                reqwest::Method::PUT,
+                &format!("apps/{}/{}?status=UP", self.app, self.id),
+            )
+            .send()
+            .await;
+        r.map(|r| r.status().as_u16()).unwrap_or(0)
+    }
+
+    /// `DELETE apps/{app}/{id}`.
+    pub async fn cancel(&self) -> u16 {
+        let r = self
+            .request(reqwest::Method::DELETE, &format!("apps/{}/{}", self.app, self.id))
+            .send()
+            .await;
+        r.map(|r| r.status().as_u16()).unwrap_or(0)
+    }
+
+    /// Whether the server at `base` has this instance.
+    pub async fn is_on(&self, base: &str) -> bool {
+        let b = http()
+            .get(format!("{base}apps/{}/{}", self.app, self.id))
+            .header("Accept", "application/json");
+        let b = match &self.auth {
+            Some((u, p)) => b.basic_auth(u, Some(p)),
+            None => b,
+        };
+        b.send().await.is_ok_and(|r| r.status().is_success())
+    }
 }
