@@ -9,6 +9,7 @@ pub mod eureka;
 pub mod negotiate;
 pub mod peer;
 pub mod route;
+pub mod server;
 
 use std::{sync::Arc, time::Instant};
 

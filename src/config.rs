@@ -6,6 +6,8 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{Args as ClapArgs, Parser, ValueEnum};
 
+pub mod serving;
+
 use crate::registry::{RegistryConfig, lease::ExpiryMode, preservation::PreservationConfig};
 
 #[derive(Clone, Debug, Parser)]
@@ -34,6 +36,9 @@ pub struct Args {
     /// Largest accepted request body, after decompression.
     #[arg(long, env = "EUREKA_MAX_REQUEST_BODY_BYTES", default_value_t = 4 * 1024 * 1024)]
     pub max_request_body_bytes: usize,
+
+    #[command(flatten)]
+    pub serving: serving::ServingArgs,
 
     #[command(flatten)]
     pub server: ServerArgs,

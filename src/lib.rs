@@ -19,3 +19,4 @@ pub mod replication;
 pub mod runtime;
 pub mod state;
 pub mod timers;
+pub mod tls;

@@ -118,6 +118,8 @@ pub struct Settings {
     pub anti_entropy_interval: Duration,
     /// Identifies this cluster's pod instances in Java peers' registries.
     pub cluster_id: String,
+    /// How `https://` peers are verified (the system roots when `None`).
+    pub tls: Option<crate::tls::PeerTls>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -223,7 +225,12 @@ impl Replicator {
         metrics: Metrics,
     ) -> Arc<Replicator> {
         Arc::new(Replicator {
-            client: PeerClient::new(settings.connect_timeout, settings.read_timeout, &settings.replica_id),
+            client: PeerClient::new(
+                settings.connect_timeout,
+                settings.read_timeout,
+                &settings.replica_id,
+                settings.tls.as_ref(),
+            ),
             state,
             leader,
             peers: Mutex::new(HashMap::new()),

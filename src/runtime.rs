@@ -14,7 +14,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::{net::TcpListener, sync::watch};
 
 use crate::{
-    api::{self, Api, admin, auth::Credentials},
+    api::{self, Api, admin, auth::Credentials, server},
     config::{Args, KubernetesArgs, KubernetesMode, PeerArgs},
     k8s::{controller, index::Index, lease, peers as k8s_peers, status},
     metrics::{Metrics, RegistryCollector},
@@ -27,6 +27,7 @@ use crate::{
     },
     state::{AppState, Clock, SystemClock},
     timers,
+    tls::{self, ServerTls},
 };
 
 /// Resolves when the process is asked to stop (SIGTERM or Ctrl-C).
@@ -135,11 +136,25 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         log: _,
         log_format: _,
         max_request_body_bytes,
+        serving,
         server,
         auth,
         peers,
         kubernetes,
     } = args;
+    tls::install_default_provider();
+    let http = serving.http();
+    let server_tls = serving
+        .server_tls()
+        .map(ServerTls::load)
+        .transpose()
+        .context("failed to set up TLS for the Eureka API")?;
+    let https = server_tls.is_some();
+    let peer_tls = serving
+        .peer_tls()
+        .map(|settings| tls::peer_tls(&settings))
+        .transpose()
+        .context("failed to set up TLS toward peers")?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let started_at = clock.now_ms();
     let registry = Registry::new(server.registry_config(), started_at);
@@ -282,6 +297,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             java_heartbeat_interval: Duration::from_millis(java_peer_heartbeat_interval_ms.max(100)),
             anti_entropy_interval: Duration::from_millis(anti_entropy_interval_ms.max(100)),
             cluster_id: kubernetes.cluster_id.clone(),
+            tls: peer_tls,
         },
         replication_metrics,
     );
@@ -319,6 +335,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                     .iter()
                     .flatten()
                     .filter_map(|e| PeerUrl::parse(&e.url))
+                    .map(|u| if https { u.into_https() } else { u })
                     .collect();
                 let mut all: Vec<(PeerUrl, PeerKind)> = static_replicas
                     .iter()
@@ -352,15 +369,31 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let admin_listener = TcpListener::bind(admin_bind)
         .await
         .with_context(|| format!("failed to bind the admin listener on {admin_bind}"))?;
-    tracing::info!(eureka = %eureka.local_addr()?, admin = %admin_listener.local_addr()?, auth = credentials.is_some(), "serving");
+    tracing::info!(eureka = %eureka.local_addr()?, admin = %admin_listener.local_addr()?, auth = credentials.is_some(), tls = https, "serving");
+    let http_metrics = server::Metrics::default();
+    metrics.with_registry(|r| http_metrics.register(r));
     let admin_app = admin::router(admin::Admin {
         state: state.clone(),
         metrics,
         readiness,
     });
-    let admin_server = tokio::spawn(async move { axum::serve(admin_listener, admin_app).await });
-    let serve = axum::serve(eureka, api::router(api, credentials)).with_graceful_shutdown(shutdown.clone().wait());
-    let serve = tokio::spawn(async move { serve.await });
+    let admin_server = {
+        let (http, metrics, stop) = (http.clone(), http_metrics.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            server::serve("admin", admin_listener, admin_app, &http, None, metrics, stop.wait()).await
+        })
+    };
+    let acceptor = server_tls.as_ref().map(|t| t.acceptor());
+    if let Some(t) = &server_tls {
+        tokio::spawn(t.clone().watch(shutdown.clone().wait()));
+    }
+    let serve = {
+        let (http, stop) = (http.clone(), shutdown.clone());
+        let router = api::router(api, credentials);
+        tokio::spawn(async move {
+            server::serve("eureka", eureka, router, &http, acceptor, http_metrics, stop.wait()).await
+        })
+    };
 
     // Start-up sync: fill the registry from ready peers, then open for traffic (and /readyz).
     {
@@ -385,6 +418,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 .flatten()
                 .filter(|e| e.ready)
                 .filter_map(|e| PeerUrl::parse(&e.url))
+                .map(|u| if https { u.into_https() } else { u })
                 .collect();
             let mut sources: Vec<(PeerUrl, PeerKind)> = static_replicas
                 .iter()
@@ -429,7 +463,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             }
         }
     }
-    let _ = tokio::time::timeout(Duration::from_secs(10), serve).await;
+    let _ = serve.await;
     timers.abort();
     leader_jobs.abort();
     admin_server.abort();

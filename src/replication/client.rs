@@ -1,6 +1,8 @@
 //! HTTP to peers: sending replication batches (`POST {url}peerreplication/batch/`) and
 //! fetching a peer's registry (`GET {url}apps/`), with timeouts, basic auth from the URL, and
-//! the classification of failures into retry classes.
+//! the classification of failures into retry classes. `https://` peers are verified with the
+//! TLS client configuration of [`crate::tls::peer_client_config`] when one is given, else against
+//! the system roots.
 
 use std::time::Duration;
 
@@ -67,6 +69,15 @@ impl PeerUrl {
         Some(PeerUrl { base, credentials })
     }
 
+    /// The same peer over `https://`: replicas found through the headless Service are listed as
+    /// `http://`, and serve HTTPS when this replica does (they share one configuration).
+    pub fn into_https(mut self) -> PeerUrl {
+        if let Some(rest) = self.base.strip_prefix("http://") {
+            self.base = format!("https://{rest}");
+        }
+        self
+    }
+
     /// The URL without credentials, for logs and labels.
     pub fn display(&self) -> &str {
         &self.base
@@ -76,23 +87,45 @@ impl PeerUrl {
 /// Talks to peers.
 #[derive(Clone)]
 pub struct PeerClient {
+    /// Toward our own replicas.
     http: reqwest::Client,
+    /// Toward Java peers (the same, unless TLS verifies our replicas for a fixed name).
+    others: reqwest::Client,
     replica_id: String,
 }
 
 impl PeerClient {
-    pub fn new(connect_timeout: Duration, read_timeout: Duration, replica_id: &str) -> PeerClient {
-        let http = reqwest::Client::builder()
-            .connect_timeout(connect_timeout)
-            .timeout(connect_timeout + read_timeout)
-            .pool_idle_timeout(Duration::from_secs(30))
-            .user_agent(concat!("eureka-operator/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .unwrap_or_default();
+    /// `tls`: how `https://` peers are verified (the system roots when `None`).
+    pub fn new(
+        connect_timeout: Duration,
+        read_timeout: Duration,
+        replica_id: &str,
+        tls: Option<&crate::tls::PeerTls>,
+    ) -> PeerClient {
+        crate::tls::install_default_provider();
+        let build = |tls: Option<&rustls::ClientConfig>| {
+            let mut builder = reqwest::Client::builder()
+                .connect_timeout(connect_timeout)
+                .timeout(connect_timeout + read_timeout)
+                .pool_idle_timeout(Duration::from_secs(30))
+                .user_agent(concat!("eureka-operator/", env!("CARGO_PKG_VERSION")));
+            if let Some(tls) = tls {
+                builder = builder.tls_backend_preconfigured(tls.clone());
+            }
+            builder.build().unwrap_or_else(|e| {
+                tracing::error!(error = %e, "failed to build the peer HTTP client; using the defaults");
+                reqwest::Client::new()
+            })
+        };
         PeerClient {
-            http,
+            http: build(tls.map(|t| &t.replicas)),
+            others: build(tls.map(|t| &t.others)),
             replica_id: replica_id.to_string(),
         }
+    }
+
+    fn client(&self, own_replica: bool) -> &reqwest::Client {
+        if own_replica { &self.http } else { &self.others }
     }
 
     fn request(&self, peer: &PeerUrl, builder: reqwest::RequestBuilder, own_replica: bool) -> reqwest::RequestBuilder {
@@ -116,7 +149,7 @@ impl PeerClient {
         let url = format!("{}peerreplication/batch/", peer.base);
         let body = batch::encode_list(items);
         let req = self
-            .request(peer, self.http.post(&url), own_replica)
+            .request(peer, self.client(own_replica).post(&url), own_replica)
             .header(header::CONTENT_TYPE, "application/json");
         let resp = req
             .body(body)
@@ -148,7 +181,7 @@ impl PeerClient {
     pub async fn fetch(&self, peer: &PeerUrl, own_replica: bool) -> Result<Vec<InstanceInfo>, Error> {
         let url = format!("{}apps/", peer.base);
         let resp = self
-            .request(peer, self.http.get(&url), own_replica)
+            .request(peer, self.client(own_replica).get(&url), own_replica)
             .send()
             .await
             .map_err(|source| classify(&peer.base, source))?;
@@ -203,6 +236,13 @@ mod tests {
             "http://10.0.0.1:8761/eureka/v2/"
         );
         assert!(PeerUrl::parse("ftp://x/").is_none());
+        assert_eq!(
+            PeerUrl::parse("http://u:p@10.0.0.1:8761/eureka/").unwrap().into_https(),
+            PeerUrl {
+                base: "https://10.0.0.1:8761/eureka/".into(),
+                credentials: Some(("u".into(), "p".into())),
+            }
+        );
         assert!(PeerUrl::parse("not a url").is_none());
     }
 }

@@ -12,6 +12,8 @@ mod dashboard;
 mod differential;
 mod examples;
 mod ha;
+mod hardening_http;
 mod java_peering;
 mod peers_eureka;
 mod peers_kubernetes;
+mod tls;
