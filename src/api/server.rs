@@ -238,7 +238,10 @@ pub async fn serve(
         };
         match connections.clone().try_acquire_owned() {
             Ok(permit) => {
-                if saturated.swap(false, Ordering::Relaxed) {
+                // Logged once per episode: "again" only once half the slots are free.
+                if connections.available_permits() >= settings.max_connections / 2
+                    && saturated.swap(false, Ordering::Relaxed)
+                {
                     tracing::info!(listener = name, "accepting connections again");
                 }
                 let service = service.clone();
