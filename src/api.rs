@@ -9,6 +9,7 @@ pub mod eureka;
 pub mod negotiate;
 pub mod peer;
 pub mod route;
+pub mod server;
 
 use std::{sync::Arc, time::Instant};
 
@@ -122,19 +123,22 @@ pub enum Error {
     },
 }
 
-/// Where to listen.
-#[derive(Clone, Debug)]
+/// Where and how to listen.
 pub struct Listeners {
     /// The Eureka API and dashboard.
     pub eureka: std::net::SocketAddr,
     /// `/metrics`, `/livez`, `/readyz`.
     pub admin: std::net::SocketAddr,
+    /// Timeouts and limits of both listeners.
+    pub http: server::HttpSettings,
+    /// TLS for the Eureka listener (the admin listener stays plain: probes and scrapes).
+    pub tls: Option<Arc<crate::tls::ServerTls>>,
 }
 
-/// Binds both listeners (failing fast if a port is taken) and serves them as supervised tasks;
-/// on shutdown the Eureka listener finishes its in-flight requests.
+/// Binds both listeners (failing fast if a port is taken) and serves them as supervised tasks
+/// (with the certificate reloader when TLS is on); on shutdown they finish in-flight requests.
 pub async fn start(
-    listeners: &Listeners,
+    listeners: Listeners,
     api: Api,
     access: Option<auth::Access>,
     supervisor: &mut crate::runtime::supervisor::Supervisor,
@@ -147,25 +151,31 @@ pub async fn start(
     };
     let eureka = bind("Eureka", listeners.eureka).await?;
     let admin = bind("admin", listeners.admin).await?;
-    tracing::info!(eureka = %listeners.eureka, admin = %listeners.admin, auth = access.is_some(), "serving");
+    let tls = listeners.tls;
+    tracing::info!(eureka = %listeners.eureka, admin = %listeners.admin, auth = access.is_some(), tls = tls.is_some(), "serving");
+    let http_metrics = server::Metrics::default();
+    api.metrics.with_prometheus(|r| http_metrics.register(r));
     let admin_app = admin::router(admin::Admin {
         metrics: api.metrics.clone(),
         health: api.health.clone(),
     });
     let eureka_app = router(api, access);
-    let shutdown = supervisor.shutdown();
+    let acceptor = tls.as_ref().map(|t| t.acceptor());
+    if let Some(t) = tls {
+        let shutdown = supervisor.shutdown();
+        supervisor.spawn("TLS certificate reload", Expect::RunsForever, async move {
+            t.watch(shutdown.wait()).await;
+            Ok(())
+        });
+    }
+    let (http, metrics, shutdown) = (listeners.http.clone(), http_metrics.clone(), supervisor.shutdown());
     supervisor.spawn("Eureka API", Expect::RunsForever, async move {
-        axum::serve(eureka, eureka_app)
-            .with_graceful_shutdown(shutdown.wait())
-            .await?;
+        server::serve("eureka", eureka, eureka_app, &http, acceptor, metrics, shutdown.wait()).await?;
         Ok(())
     });
-    let shutdown = supervisor.shutdown();
+    let (http, shutdown) = (listeners.http, supervisor.shutdown());
     supervisor.spawn("admin API", Expect::RunsForever, async move {
-        // The probes keep answering while the Eureka listener drains.
-        axum::serve(admin, admin_app)
-            .with_graceful_shutdown(shutdown.wait())
-            .await?;
+        server::serve("admin", admin, admin_app, &http, None, http_metrics, shutdown.wait()).await?;
         Ok(())
     });
     Ok(())

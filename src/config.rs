@@ -6,6 +6,8 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{Args as ClapArgs, Parser, ValueEnum};
 
+pub mod serving;
+
 use crate::registry::{RegistryConfig, lease::ExpiryMode, preservation::PreservationConfig};
 
 /// A fraction in (0, 1].
@@ -58,6 +60,9 @@ pub struct Args {
     /// before they are aborted; keep it below the pod's terminationGracePeriodSeconds.
     #[arg(long, env = "EUREKA_SHUTDOWN_GRACE_MS", default_value_t = 20_000, value_parser = positive)]
     pub shutdown_grace_ms: u64,
+
+    #[command(flatten)]
+    pub serving: serving::ServingArgs,
 
     #[command(flatten)]
     pub server: ServerArgs,
@@ -400,6 +405,7 @@ impl PeerArgs {
             java_heartbeat_interval: Duration::from_millis(self.java_peer_heartbeat_interval_ms),
             anti_entropy_interval: Duration::from_millis(self.anti_entropy_interval_ms),
             flush_timeout: Duration::from_millis(self.replication_flush_timeout_ms),
+            tls: None,
         }
     }
 }

@@ -20,3 +20,4 @@ pub mod replication;
 pub mod runtime;
 pub mod state;
 pub mod timers;
+pub mod tls;

@@ -195,6 +195,8 @@ pub struct Settings {
     pub anti_entropy_interval: Duration,
     /// On shutdown, how long to keep sending what is queued.
     pub flush_timeout: Duration,
+    /// How `https://` peers are verified (the system roots when `None`).
+    pub tls: Option<crate::tls::PeerTls>,
 }
 
 /// A server to replicate to.
@@ -370,6 +372,7 @@ impl Replicator {
                 settings.read_timeout,
                 &settings.replica_id,
                 settings.credentials.clone(),
+                settings.tls.as_ref(),
             ),
             state,
             leader,

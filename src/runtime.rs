@@ -22,6 +22,7 @@ use crate::{
     replication::{self, client::PeerUrl, peers as peer_list},
     state::{AppState, Clock, SystemClock},
     timers,
+    tls::{self, ServerTls},
 };
 use supervisor::{Expect, Supervisor};
 
@@ -127,6 +128,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         log_format: _,
         max_request_body_bytes,
         shutdown_grace_ms,
+        serving,
         server,
         auth,
         peers,
@@ -134,6 +136,17 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     } = args;
     let mut supervisor = Supervisor::new(Duration::from_millis(shutdown_grace_ms));
     let health = Health::new(supervisor.liveness());
+    tls::install_default_provider();
+    let server_tls = serving
+        .server_tls()
+        .map(ServerTls::load)
+        .transpose()
+        .context("failed to set up TLS for the Eureka API")?;
+    let peer_tls = serving
+        .peer_tls()
+        .map(|settings| tls::peer_tls(&settings))
+        .transpose()
+        .context("failed to set up TLS toward peers")?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let started_at = clock.now_ms();
     let state = AppState::new(
@@ -186,10 +199,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     );
 
     // Peers: static replicas, discovered replicas and Java peers, never this replica.
-    let own = peer_list::OwnAddress {
-        url: peers.my_url.as_deref().and_then(PeerUrl::parse),
-        bind,
-        host: me.host.clone(),
+    // Replicas found through the headless Service are reached like this one serves.
+    let discovery = peer_list::Discovery {
+        own: peer_list::OwnAddress {
+            url: peers.my_url.as_deref().and_then(PeerUrl::parse),
+            bind,
+            host: me.host.clone(),
+        },
+        https: server_tls.is_some(),
     };
     let static_replicas = peer_list::parse_urls(&peers.peer_urls, "peer")?;
     let java = peer_list::parse_urls(&peers.java_peer_urls, "Java peer")?;
@@ -197,14 +214,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Some(c) => (c.discovered.clone(), c.cluster_id.clone()),
         None => (watch::channel(Some(Vec::new())).1, watch::channel(None).1),
     };
-    let (peers_tx, peers_rx) = watch::channel(peer_list::merge(&static_replicas, &[], &java, &own));
+    let (peers_tx, peers_rx) = watch::channel(peer_list::merge(&static_replicas, &[], &java, &discovery));
     supervisor.spawn(
         "peer list",
         Expect::RunsForever,
         peer_list::run(
             static_replicas,
             java,
-            own,
+            discovery,
             discovered.clone(),
             peers_tx,
             supervisor.shutdown(),
@@ -224,7 +241,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         in_cluster: cluster.is_some(),
         synced,
     };
-    let settings = peers.replication_settings(&me.replica, access.as_ref());
+    let mut settings = peers.replication_settings(&me.replica, access.as_ref());
+    settings.tls = peer_tls;
     replication::start(
         settings,
         server.sync_retries(),
@@ -251,8 +269,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let listeners = api::Listeners {
         eureka: bind,
         admin: admin_bind,
+        http: serving.http(),
+        tls: server_tls,
     };
-    api::start(&listeners, api, access, &mut supervisor).await?;
+    api::start(listeners, api, access, &mut supervisor).await?;
     supervisor.spawn(
         "timers",
         Expect::RunsForever,

@@ -31,6 +31,9 @@ pub enum ApiError {
     NotAcceptable,
     #[error("request body larger than {0} bytes")]
     TooLarge(usize),
+    /// The body did not arrive within `--http-body-read-timeout-ms`.
+    #[error("request body not received in time")]
+    BodyTimeout,
     #[error("no Eureka endpoint at {0}")]
     NoRoute(String),
     #[error("method {0} not allowed here")]
@@ -63,6 +66,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
             ApiError::NotAcceptable => "not_acceptable",
             ApiError::TooLarge(_) => "too_large",
+            ApiError::BodyTimeout => "body_timeout",
             ApiError::NoRoute(_) => "no_route",
             ApiError::MethodNotAllowed(..) => "method_not_allowed",
             ApiError::Conflict(_) => "conflict",
@@ -119,6 +123,7 @@ impl IntoResponse for ApiError {
             ApiError::UnsupportedMediaType(_) => text(StatusCode::UNSUPPORTED_MEDIA_TYPE, message),
             ApiError::NotAcceptable => text(StatusCode::NOT_ACCEPTABLE, message),
             ApiError::TooLarge(_) => text(StatusCode::PAYLOAD_TOO_LARGE, message),
+            ApiError::BodyTimeout => text(StatusCode::REQUEST_TIMEOUT, message),
             ApiError::NoRoute(_) => text(StatusCode::NOT_FOUND, message),
             ApiError::MethodNotAllowed(_, allowed) => {
                 let allow = allowed.iter().map(Method::as_str).collect::<Vec<_>>().join(", ");
@@ -252,9 +257,15 @@ pub fn json_request(headers: &HeaderMap) -> bool {
 
 /// Reads the whole body, inflating `Content-Encoding: gzip`, refusing more than `limit` bytes.
 pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
-    let raw = axum::body::to_bytes(body, limit)
-        .await
-        .map_err(|_| ApiError::TooLarge(limit))?;
+    let raw = axum::body::to_bytes(body, limit).await.map_err(|e| {
+        let timed_out = std::iter::successors(std::error::Error::source(&e), |e| e.source())
+            .any(|e| e.is::<tower_http::timeout::TimeoutError>());
+        if timed_out {
+            ApiError::BodyTimeout
+        } else {
+            ApiError::TooLarge(limit)
+        }
+    })?;
     let gzipped = header_str(headers, header::CONTENT_ENCODING).is_some_and(|v| v.eq_ignore_ascii_case("gzip"));
     if !gzipped {
         return Ok(raw);

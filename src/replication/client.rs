@@ -1,6 +1,8 @@
 //! HTTP to peers: sending replication batches (`POST {url}peerreplication/batch/`) and
 //! fetching a peer's registry (`GET {url}apps/`), with timeouts, basic auth, and the
-//! classification of failures into retry classes.
+//! classification of failures into retry classes. `https://` peers are verified with the TLS
+//! client configuration of [`crate::tls::peer_client_config`] when one is given, else against the
+//! system roots.
 //!
 //! Credentials: those in a peer's URL win; otherwise our replicas get this server's peer
 //! credentials (`--peer-auth-*`, else `--basic-auth-*`), so replicas found through the headless
@@ -75,6 +77,15 @@ impl PeerUrl {
         Some(PeerUrl { base, credentials })
     }
 
+    /// The same peer over `https://`: replicas found through the headless Service are listed as
+    /// `http://`, and serve HTTPS when this replica does (they share one configuration).
+    pub fn into_https(mut self) -> PeerUrl {
+        if let Some(rest) = self.base.strip_prefix("http://") {
+            self.base = format!("https://{rest}");
+        }
+        self
+    }
+
     /// The URL without credentials, for logs and labels.
     pub fn display(&self) -> &str {
         &self.base
@@ -84,8 +95,10 @@ impl PeerUrl {
 /// Talks to peers.
 #[derive(Clone)]
 pub struct PeerClient {
-    /// One connection pool for every peer.
+    /// Toward our own replicas.
     http: reqwest::Client,
+    /// Toward Java peers (the same, unless TLS verifies our replicas for a fixed name).
+    others: reqwest::Client,
     /// Sent in [`REPLICA_HEADER`] to our own replicas.
     replica_id: String,
     /// What our replicas authenticate with when their URL carries no credentials.
@@ -93,24 +106,39 @@ pub struct PeerClient {
 }
 
 impl PeerClient {
+    /// `tls`: how `https://` peers are verified (the system roots when `None`).
     pub fn new(
         connect_timeout: Duration,
         read_timeout: Duration,
         replica_id: &str,
         credentials: Option<(String, String)>,
+        tls: Option<&crate::tls::PeerTls>,
     ) -> PeerClient {
-        let http = reqwest::Client::builder()
-            .connect_timeout(connect_timeout)
-            .timeout(connect_timeout + read_timeout)
-            .pool_idle_timeout(Duration::from_secs(30))
-            .user_agent(concat!("eureka-operator/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .unwrap_or_default();
+        crate::tls::install_default_provider();
+        let build = |tls: Option<&rustls::ClientConfig>| {
+            let mut builder = reqwest::Client::builder()
+                .connect_timeout(connect_timeout)
+                .timeout(connect_timeout + read_timeout)
+                .pool_idle_timeout(Duration::from_secs(30))
+                .user_agent(concat!("eureka-operator/", env!("CARGO_PKG_VERSION")));
+            if let Some(tls) = tls {
+                builder = builder.tls_backend_preconfigured(tls.clone());
+            }
+            builder.build().unwrap_or_else(|e| {
+                tracing::error!(error = %e, "failed to build the peer HTTP client; using the defaults");
+                reqwest::Client::new()
+            })
+        };
         PeerClient {
-            http,
+            http: build(tls.map(|t| &t.replicas)),
+            others: build(tls.map(|t| &t.others)),
             replica_id: replica_id.to_string(),
             credentials,
         }
+    }
+
+    fn client(&self, own_replica: bool) -> &reqwest::Client {
+        if own_replica { &self.http } else { &self.others }
     }
 
     fn request(&self, peer: &PeerUrl, builder: reqwest::RequestBuilder, own_replica: bool) -> reqwest::RequestBuilder {
@@ -138,7 +166,7 @@ impl PeerClient {
         let url = format!("{}peerreplication/batch/", peer.base);
         let body = batch::encode_list(items);
         let req = self
-            .request(peer, self.http.post(&url), own_replica)
+            .request(peer, self.client(own_replica).post(&url), own_replica)
             .header(header::CONTENT_TYPE, "application/json");
         let resp = req
             .body(body)
@@ -185,7 +213,7 @@ impl PeerClient {
     async fn fetch_bytes(&self, peer: &PeerUrl, own_replica: bool) -> Result<bytes::Bytes, Error> {
         let url = format!("{}apps/", peer.base);
         let resp = self
-            .request(peer, self.http.get(&url), own_replica)
+            .request(peer, self.client(own_replica).get(&url), own_replica)
             .send()
             .await
             .map_err(|source| classify(&peer.base, source))?;
@@ -346,6 +374,13 @@ mod tests {
             "http://10.0.0.1:8761/eureka/v2/"
         );
         assert!(PeerUrl::parse("ftp://x/").is_none());
+        assert_eq!(
+            PeerUrl::parse("http://u:p@10.0.0.1:8761/eureka/").unwrap().into_https(),
+            PeerUrl {
+                base: "https://10.0.0.1:8761/eureka/".into(),
+                credentials: Some(("u".into(), "p".into())),
+            }
+        );
         assert!(PeerUrl::parse("not a url").is_none());
     }
 }

@@ -52,13 +52,23 @@ pub fn parse_urls(urls: &[String], what: &'static str) -> Result<Vec<PeerUrl>, E
         .collect()
 }
 
+/// How discovered replicas are turned into peers.
+#[derive(Clone, Debug)]
+pub struct Discovery {
+    /// This replica, never its own peer.
+    pub own: OwnAddress,
+    /// Whether replicas serve HTTPS (as this one does): discovered URLs become `https://`.
+    pub https: bool,
+}
+
 /// Pure: the peer list from the static replicas, the discovered ones and the Java peers.
 pub fn merge(
     static_replicas: &[PeerUrl],
     discovered: &[ReplicaEndpoint],
     java: &[PeerUrl],
-    me: &OwnAddress,
+    d: &Discovery,
 ) -> Vec<Peer> {
+    let me = &d.own;
     let mut peers: Vec<Peer> = static_replicas
         .iter()
         .filter(|u| !me.is(u))
@@ -70,6 +80,7 @@ pub fn merge(
         .collect();
     for e in discovered {
         let Some(url) = PeerUrl::parse(&e.url) else { continue };
+        let url = if d.https { url.into_https() } else { url };
         if me.is(&url) || peers.iter().any(|p| p.url.base == url.base) {
             continue;
         }
@@ -91,14 +102,14 @@ pub fn merge(
 pub async fn run(
     static_replicas: Vec<PeerUrl>,
     java: Vec<PeerUrl>,
-    me: OwnAddress,
+    discovery: Discovery,
     mut discovered: watch::Receiver<Option<Vec<ReplicaEndpoint>>>,
     tx: watch::Sender<Vec<Peer>>,
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
     loop {
         let found = discovered.borrow_and_update().clone().unwrap_or_default();
-        let list = merge(&static_replicas, &found, &java, &me);
+        let list = merge(&static_replicas, &found, &java, &discovery);
         tx.send_if_modified(|current| {
             let differs = *current != list;
             if differs {
@@ -145,7 +156,8 @@ mod tests {
             },
         ];
         let java = parse_urls(&["http://user:pw@java:8761/eureka/".into()], "Java peer").unwrap();
-        let peers = merge(&s, &found, &java, &me);
+        let d = Discovery { own: me, https: false };
+        let peers = merge(&s, &found, &java, &d);
         let got: Vec<(&str, PeerKind, bool)> = peers.iter().map(|p| (p.url.display(), p.kind, p.ready)).collect();
         assert_eq!(
             got,

@@ -13,6 +13,8 @@ mod differential;
 mod examples;
 mod faults;
 mod ha;
+mod hardening_http;
 mod java_peering;
 mod peers_eureka;
 mod peers_kubernetes;
+mod tls;

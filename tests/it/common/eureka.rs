@@ -17,6 +17,8 @@ use super::{
 
 /// A plain HTTP client for tests (no TLS, gzip on).
 pub fn http() -> reqwest::Client {
+    // reqwest has no TLS provider of its own (see Cargo.toml): every client needs the process one.
+    eureka_operator::tls::install_default_provider();
     reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
         .build()
@@ -362,13 +364,19 @@ pub struct ScriptPeer {
 impl ScriptPeer {
     /// py-eureka-client registered as `app`/`id` against `server` (e.g. `http://ip:port/eureka`).
     pub fn python(server: &str, app: &str, id: &str) -> Option<ScriptPeer> {
+        ScriptPeer::python_with_env(server, app, id, &[])
+    }
+
+    /// As [`ScriptPeer::python`], with extra environment (e.g. `SSL_CERT_FILE` for https).
+    pub fn python_with_env(server: &str, app: &str, id: &str, env: &[(&str, &str)]) -> Option<ScriptPeer> {
         let python = peers::require("EUREKA_PEER_PYTHON", "py-eureka-client tests")?;
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/python/peer.py");
         let dir = scratch_dir("py-peer");
         let mut cmd = Command::new(python);
         cmd.arg("-u")
             .arg(script)
-            .args(["--server", server, "--app", app, "--id", id, "--interval", "1"]);
+            .args(["--server", server, "--app", app, "--id", id, "--interval", "1"])
+            .envs(env.iter().copied());
         let proc = Proc::spawn("py-peer", cmd, &dir.path().join("py-peer.log"));
         Some(ScriptPeer { proc, _dir: dir })
     }
