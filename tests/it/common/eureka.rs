@@ -56,7 +56,7 @@ pub async fn app_instances(base: &str, app: &str) -> Vec<(String, String)> {
 }
 
 /// JVM flags that halve start-up time on 2 cores.
-const JVM_FLAGS: [&str; 4] = ["-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xss512k"];
+pub const JVM_FLAGS: [&str; 4] = ["-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xss512k"];
 
 // === our server ===
 
