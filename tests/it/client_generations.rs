@@ -83,15 +83,10 @@ async fn netflix_1x_client_json_and_xml_on_eureka_and_eureka_v2() {
     );
     print_comparison("plain Netflix eureka-client 1.x", &[&on_ours, &on_java]);
     // The XML clients really were answered in XML (through Netflix's XStream codec).
-    for label in ["netflix-1.x/oursv2"] {
-        let t = &on_ours.stats[label]["lastFetchContentType"];
+    for (outcome, label) in [(&on_ours, "netflix-1.x/oursv2"), (&on_java, "netflix-1.x/javaxml")] {
+        let t = &outcome.stats[label]["lastFetchContentType"];
         assert!(t.as_str().is_some_and(|t| t.contains("xml")), "{label}: {t}");
     }
-    assert!(
-        on_java.stats["netflix-1.x/javaxml"]["lastFetchContentType"]
-            .as_str()
-            .is_some_and(|t| t.contains("xml"))
-    );
 
     // DiscoveryClient.shutdown() cancels.
     for (name, server, base) in [
@@ -113,65 +108,66 @@ async fn netflix_1x_client_json_and_xml_on_eureka_and_eureka_v2() {
     assert!(stop(&mut jvm.proc, Duration::from_secs(10)).await);
 }
 
-#[tokio::test]
-async fn spring_cloud_hoxton_client() {
-    let Some(s) = servers().await else { return };
+/// One app of Spring generation `generation` (its jar in `jar_var`) on each server, put through
+/// [`exercise`] side by side; `None` when a peer is missing outside CI.
+async fn spring_generation(s: &Servers, jar_var: &str, generation: &str, extra: &[&str]) -> Option<[SpringApp; 2]> {
     let (ours, java) = (s.ours.url(), s.java.url());
+    let name = format!("{generation}-peer");
+    let app = name.to_uppercase();
+    let (id_ours, id_java) = (format!("{generation}-ours"), format!("{generation}-java"));
     let (a, b) = tokio::join!(
-        SpringApp::start(
-            "EUREKA_PEER_SPRING_HOXTON_JAR",
-            "hoxton",
-            &ours,
-            "hoxton-peer",
-            "hoxton-ours",
-            &[]
-        ),
-        SpringApp::start(
-            "EUREKA_PEER_SPRING_HOXTON_JAR",
-            "hoxton",
-            &java,
-            "hoxton-peer",
-            "hoxton-java",
-            &[]
-        ),
+        SpringApp::start(jar_var, generation, &ours, &name, &id_ours, extra),
+        SpringApp::start(jar_var, generation, &java, &name, &id_java, extra),
     );
-    let (Some(mut a), Some(mut b)) = (a, b) else { return };
+    let (a, b) = (a?, b?);
     let (va, vb) = (a.view(), b.view());
     let on_ours = [Subject {
         view: &va,
-        app: "HOXTON-PEER",
-        id: "hoxton-ours",
+        app: &app,
+        id: &id_ours,
     }];
     let on_java = [Subject {
         view: &vb,
-        app: "HOXTON-PEER",
-        id: "hoxton-java",
+        app: &app,
+        id: &id_java,
     }];
+    let churn = format!("CHURN-{app}");
     let (on_ours, on_java) = tokio::join!(
-        exercise("ours", &ours, &on_ours, "CHURN-HOXTON", true, true),
-        exercise("java", &java, &on_java, "CHURN-HOXTON", true, false),
+        exercise("ours", &ours, &on_ours, &churn, true, true),
+        exercise("java", &java, &on_java, &churn, true, false),
     );
-    print_comparison("Spring Cloud Hoxton", &[&on_ours, &on_java]);
+    print_comparison(generation, &[&on_ours, &on_java]);
     for stats in on_ours.stats.values().chain(on_java.stats.values()) {
         assert_eq!(stats["countersValid"], true, "{stats}");
     }
-    // SIGTERM: Spring shuts the client down, which cancels.
-    for (app, server, base, id) in [
-        (&mut a, "ours", &ours, "hoxton-ours"),
-        (&mut b, "java", &java, "hoxton-java"),
-    ] {
+    Some([a, b])
+}
+
+/// SIGTERM: Spring shuts the client down, which cancels (and logs its DELETE, checked on ours).
+async fn stop_spring_generation(s: &Servers, generation: &str, apps: &mut [SpringApp; 2]) {
+    let app = format!("{generation}-peer").to_uppercase();
+    for (peer, (server, base)) in apps.iter_mut().zip([("ours", s.ours.url()), ("java", s.java.url())]) {
         assert!(
-            stop(&mut app.proc, Duration::from_secs(20)).await,
+            stop(&mut peer.proc, Duration::from_secs(20)).await,
             "{}",
-            app.proc.log_tail(20)
+            peer.proc.log_tail(20)
         );
-        wait_cancelled(server, base, "HOXTON-PEER", id).await;
+        wait_cancelled(server, &base, &app, &format!("{generation}-{server}")).await;
     }
     assert!(
-        a.proc.log().contains("deregister  status: 200"),
+        apps[0].proc.log().contains("deregister  status: 200"),
         "{}",
-        a.proc.log_tail(20)
+        apps[0].proc.log_tail(20)
     );
+}
+
+#[tokio::test]
+async fn spring_cloud_hoxton_client() {
+    let Some(s) = servers().await else { return };
+    let Some(mut apps) = spring_generation(s, "EUREKA_PEER_SPRING_HOXTON_JAR", "hoxton", &[]).await else {
+        return;
+    };
+    stop_spring_generation(s, "hoxton", &mut apps).await;
 }
 
 /// The callees of the load-balancer test: two fargo instances of GREETER on one server.
@@ -261,66 +257,19 @@ async fn spring_cloud_2022_client_and_feign_through_loadbalancer() {
         "--peer.target=greeter",
         "--spring.cloud.loadbalancer.cache.enabled=false",
     ];
-    let (a, b) = tokio::join!(
-        SpringApp::start(
-            "EUREKA_PEER_SPRING_2022_JAR",
-            "sc2022",
-            &ours,
-            "sc2022-peer",
-            "sc2022-ours",
-            &extra
-        ),
-        SpringApp::start(
-            "EUREKA_PEER_SPRING_2022_JAR",
-            "sc2022",
-            &java,
-            "sc2022-peer",
-            "sc2022-java",
-            &extra
-        ),
-    );
-    let (Some(mut a), Some(mut b)) = (a, b) else { return };
-    let (va, vb) = (a.view(), b.view());
-    let on_ours = [Subject {
-        view: &va,
-        app: "SC2022-PEER",
-        id: "sc2022-ours",
-    }];
-    let on_java = [Subject {
-        view: &vb,
-        app: "SC2022-PEER",
-        id: "sc2022-java",
-    }];
-    let (on_ours, on_java) = tokio::join!(
-        exercise("ours", &ours, &on_ours, "CHURN-SC2022", true, true),
-        exercise("java", &java, &on_java, "CHURN-SC2022", true, false),
-    );
-    print_comparison("Spring Cloud 2022.0", &[&on_ours, &on_java]);
-    for stats in on_ours.stats.values().chain(on_java.stats.values()) {
-        assert_eq!(stats["countersValid"], true, "{stats}");
-    }
-
+    let Some(mut apps) = spring_generation(s, "EUREKA_PEER_SPRING_2022_JAR", "sc2022", &extra).await else {
+        return;
+    };
     let (lb_ours, lb_java) = tokio::join!(
-        load_balancing("ours", &ours, &a, "ours"),
-        load_balancing("java", &java, &b, "java")
+        load_balancing("ours", &ours, &apps[0], "ours"),
+        load_balancing("java", &java, &apps[1], "java")
     );
     println!(
         "Feign + LoadBalancer stopped routing to an OUT_OF_SERVICE instance after {} ms on ours, {} ms on java",
         lb_ours.as_millis(),
         lb_java.as_millis()
     );
-
-    for (app, server, base, id) in [
-        (&mut a, "ours", &ours, "sc2022-ours"),
-        (&mut b, "java", &java, "sc2022-java"),
-    ] {
-        assert!(
-            stop(&mut app.proc, Duration::from_secs(20)).await,
-            "{}",
-            app.proc.log_tail(20)
-        );
-        wait_cancelled(server, base, "SC2022-PEER", id).await;
-    }
+    stop_spring_generation(s, "sc2022", &mut apps).await;
     for (gs, server, base, tag) in [
         (&mut g_ours, "ours", &ours, "ours"),
         (&mut g_java, "java", &java, "java"),

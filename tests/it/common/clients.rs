@@ -12,7 +12,7 @@ use std::{
 use serde_json::{Value, json};
 
 use super::{
-    eureka::{JVM_FLAGS, app_instances, http, spring_instance},
+    eureka::{JVM_FLAGS, app_instances, http, spring_client_command, spring_instance},
     peers,
     process::{Proc, free_port, scratch_dir, wait_for},
 };
@@ -165,22 +165,8 @@ impl SpringApp {
         let jar = peers::require(jar_var, label)?;
         let port = free_port(Ipv4Addr::LOCALHOST);
         let dir = scratch_dir("spring-app");
-        let mut cmd = Command::new("java");
-        cmd.args(JVM_FLAGS).arg("-jar").arg(&jar);
-        cmd.arg("--server.address=127.0.0.1")
-            .arg(format!("--server.port={port}"))
-            .arg(format!("--spring.application.name={app}"))
-            .arg(format!("--eureka.client.service-url.defaultZone={eureka_url}"))
-            .arg("--eureka.client.registry-fetch-interval-seconds=1")
-            .arg("--eureka.client.initial-instance-info-replication-interval-seconds=1")
-            .arg("--eureka.client.instance-info-replication-interval-seconds=1")
-            .arg("--eureka.instance.lease-renewal-interval-in-seconds=1")
-            .arg("--eureka.instance.lease-expiration-duration-in-seconds=3")
-            .arg(format!("--eureka.instance.instance-id={instance_id}"))
-            .arg("--eureka.instance.hostname=127.0.0.1")
-            .arg("--eureka.instance.prefer-ip-address=true")
-            .arg("--eureka.instance.ip-address=127.0.0.1")
-            .args(extra);
+        let mut cmd = spring_client_command(&jar, port, eureka_url, app, instance_id);
+        cmd.args(extra);
         let proc = Proc::spawn(label, cmd, &dir.path().join("spring-app.log"));
         let app = SpringApp {
             proc,
