@@ -1173,7 +1173,14 @@ impl Registry {
         let mut apps: Vec<AppView> = by_app
             .into_iter()
             .map(|(name, mut instances)| {
-                instances.sort_by(|a, b| a.id().cmp(b.id()));
+                // Removed instances last: Netflix's client (1.x and 2.x, `updateDelta`) adopts the
+                // delta's whole application object at its first ADDED or MODIFIED entry when the
+                // application is new to it, and skips DELETED entries seen before that, so a
+                // removed instance listed first would stay in its copy and break the hash code.
+                instances.sort_by(|a, b| {
+                    let removed = |i: &InstanceView| i.action_type() == Some(ActionType::Deleted);
+                    (removed(a), a.id()).cmp(&(removed(b), b.id()))
+                });
                 AppView {
                     name: name.to_string(),
                     instances,

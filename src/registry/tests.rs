@@ -405,6 +405,33 @@ fn delta_shows_current_state_and_is_pruned_after_retention() {
 }
 
 #[test]
+fn delta_lists_an_applications_removed_instances_after_the_others() {
+    // Netflix's client adopts the delta's application object at its first ADDED or MODIFIED entry
+    // when it does not know the application yet; a DELETED entry before that would stick.
+    let mut r = registry();
+    register(&mut r, inst("orders", "a-gone"), T0);
+    register(&mut r, inst("orders", "b-here"), T0 + 1_000);
+    register(&mut r, inst("orders", "c-here"), T0 + 2_000);
+    let out = r.apply(
+        Command::Cancel {
+            app: "ORDERS".into(),
+            id: "a-gone".into(),
+            writer: Writer::Client,
+        },
+        T0 + 3_000,
+    );
+    assert_eq!(out.reply, Reply::Ok);
+    assert_eq!(
+        delta_ids(&r),
+        vec![
+            ("b-here".to_string(), ActionType::Added),
+            ("c-here".to_string(), ActionType::Added),
+            ("a-gone".to_string(), ActionType::Deleted),
+        ]
+    );
+}
+
+#[test]
 fn delta_version_moves_with_each_visible_change() {
     let mut r = registry();
     let v0 = r.delta_view().versions_delta;

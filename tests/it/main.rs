@@ -6,6 +6,7 @@ mod common;
 
 mod api;
 mod chart;
+mod client_generations;
 mod clients;
 mod controller;
 mod dashboard;

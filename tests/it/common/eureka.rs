@@ -58,7 +58,7 @@ pub async fn app_instances(base: &str, app: &str) -> Vec<(String, String)> {
 }
 
 /// JVM flags that halve start-up time on 2 cores.
-const JVM_FLAGS: [&str; 4] = ["-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xss512k"];
+pub const JVM_FLAGS: [&str; 4] = ["-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xss512k"];
 
 // === our server ===
 
@@ -262,6 +262,27 @@ impl JavaServer {
 
 // === the Spring Boot Eureka client app ===
 
+/// `java -jar JAR` for a Spring Boot Eureka client app on `127.0.0.1:port`, registered as `app` /
+/// `instance_id` at `eureka_url`, with 1 s fetch, replication and renewal intervals and a 3 s lease.
+pub fn spring_client_command(jar: &str, port: u16, eureka_url: &str, app: &str, instance_id: &str) -> Command {
+    let mut cmd = Command::new("java");
+    cmd.args(JVM_FLAGS).arg("-jar").arg(jar);
+    cmd.arg("--server.address=127.0.0.1")
+        .arg(format!("--server.port={port}"))
+        .arg(format!("--spring.application.name={app}"))
+        .arg(format!("--eureka.client.service-url.defaultZone={eureka_url}"))
+        .arg("--eureka.client.registry-fetch-interval-seconds=1")
+        .arg("--eureka.client.initial-instance-info-replication-interval-seconds=1")
+        .arg("--eureka.client.instance-info-replication-interval-seconds=1")
+        .arg("--eureka.instance.lease-renewal-interval-in-seconds=1")
+        .arg("--eureka.instance.lease-expiration-duration-in-seconds=3")
+        .arg(format!("--eureka.instance.instance-id={instance_id}"))
+        .arg("--eureka.instance.hostname=127.0.0.1")
+        .arg("--eureka.instance.prefer-ip-address=true")
+        .arg("--eureka.instance.ip-address=127.0.0.1");
+    cmd
+}
+
 /// The Spring client app (tests/peers/java-client) registered as `app` with `instance_id`.
 pub struct SpringClient {
     pub proc: Proc,
@@ -274,22 +295,8 @@ impl SpringClient {
         let jar = peers::require("EUREKA_PEER_JAVA_CLIENT_JAR", "Spring client tests")?;
         let port = free_port(Ipv4Addr::LOCALHOST);
         let dir = scratch_dir("spring-client");
-        let mut cmd = Command::new("java");
-        cmd.args(JVM_FLAGS).arg("-jar").arg(&jar);
-        cmd.arg("--server.address=127.0.0.1")
-            .arg(format!("--server.port={port}"))
-            .arg(format!("--spring.application.name={app}"))
-            .arg(format!("--eureka.client.service-url.defaultZone={eureka_url}"))
-            .arg("--eureka.client.registry-fetch-interval-seconds=1")
-            .arg("--eureka.client.initial-instance-info-replication-interval-seconds=1")
-            .arg("--eureka.client.instance-info-replication-interval-seconds=1")
-            .arg("--eureka.instance.lease-renewal-interval-in-seconds=1")
-            .arg("--eureka.instance.lease-expiration-duration-in-seconds=3")
-            .arg(format!("--eureka.instance.instance-id={instance_id}"))
-            .arg("--eureka.instance.hostname=127.0.0.1")
-            .arg("--eureka.instance.prefer-ip-address=true")
-            .arg("--eureka.instance.ip-address=127.0.0.1")
-            .args(extra);
+        let mut cmd = spring_client_command(&jar, port, eureka_url, app, instance_id);
+        cmd.args(extra);
         let proc = Proc::spawn("spring-client", cmd, &dir.path().join("spring-client.log"));
         let client = SpringClient { proc, port, _dir: dir };
         let base = client.base();
