@@ -1020,7 +1020,8 @@ impl Registry {
             return Outcome::reply(Reply::NotFound);
         };
         self.preservation.client_cancelled();
-        self.totals.evictions += 1;
+        // Counted as a cancellation: `evictions` counts what this replica decided to evict.
+        self.totals.cancellations += 1;
         Outcome {
             reply: Reply::Ok,
             replicate: vec![Replication {
