@@ -367,13 +367,7 @@ impl Replicator {
         cluster_id: watch::Receiver<Option<String>>,
     ) -> Arc<Replicator> {
         Arc::new(Replicator {
-            client: PeerClient::new(
-                settings.connect_timeout,
-                settings.read_timeout,
-                &settings.replica_id,
-                settings.credentials.clone(),
-                settings.tls.as_ref(),
-            ),
+            client: PeerClient::from_settings(&settings),
             state,
             leader,
             queues: Mutex::new(HashMap::new()),
