@@ -6,6 +6,7 @@ mod common;
 
 mod api;
 mod chart;
+mod chart_install;
 mod clients;
 mod controller;
 mod dashboard;
@@ -13,5 +14,7 @@ mod differential;
 mod examples;
 mod ha;
 mod java_peering;
+mod lifecycle;
 mod peers_eureka;
 mod peers_kubernetes;
+mod scale;
