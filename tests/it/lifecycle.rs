@@ -132,6 +132,9 @@ fn watch_pods(client: kube::Client, ns: &str) -> (Arc<Mutex<HashMap<String, PodS
     (seen, task)
 }
 
+/// When the client was asked, and the `(id, status)` pairs it answered.
+type Sample = (Instant, Vec<(String, String)>);
+
 /// The pod name in an instance id of the default template (`{pod.name}.{pod.namespace}:...`).
 fn pod_of(id: &str, ns: &str) -> String {
     id.split(&format!(".{ns}:")).next().unwrap_or(id).to_string()
@@ -193,7 +196,7 @@ async fn a_rolling_update_keeps_a_spring_client_at_full_strength() {
     assert_eq!(old.len(), REPLICAS, "{old:?}");
 
     // What the client resolves, sampled four times per second from here on.
-    let samples: Arc<Mutex<Vec<(Instant, Vec<(String, String)>)>>> = Arc::default();
+    let samples: Arc<Mutex<Vec<Sample>>> = Arc::default();
     let sampling = {
         let (samples, base) = (samples.clone(), spring.base());
         tokio::spawn(async move {
@@ -283,8 +286,7 @@ async fn a_rolling_update_keeps_a_spring_client_at_full_strength() {
 
     let samples = samples.lock().unwrap().clone();
     let pods = pods.lock().unwrap().clone();
-    let during: Vec<&(Instant, Vec<(String, String)>)> =
-        samples.iter().filter(|(at, _)| *at >= rollout_started).collect();
+    let during: Vec<&Sample> = samples.iter().filter(|(at, _)| *at >= rollout_started).collect();
     let mut min_up = usize::MAX;
     let mut max_seen = 0;
     let mut max_oos = 0;
