@@ -206,6 +206,9 @@ impl Cluster {
             let mut apply = self.kubectl();
             apply.args(["apply", "-f", "-"]);
             super::operator::pipe(apply, &node);
+            // Admission (TaintNodesByCondition) taints a new node not-ready; the node lifecycle
+            // controller, which is off here, would lift it once the node is Ready.
+            self.kubectl_ok(&["taint", "nodes", &name, "node.kubernetes.io/not-ready:NoSchedule-"]);
             self.nodes.push(name);
         }
 
@@ -238,6 +241,21 @@ impl Cluster {
                 if let Some(status) = c.try_exit() {
                     panic!("{} exited ({status}):\n{}", c.name(), c.log_tail(40));
                 }
+            }
+            if started.elapsed() >= Duration::from_secs(120) {
+                let pod = self
+                    .kubectl()
+                    .args(["get", "pod", "probe", "-n", "kwok-probe", "-o", "yaml"])
+                    .output();
+                let nodes = self.kubectl().args(["get", "nodes", "-o", "yaml"]).output();
+                eprintln!(
+                    "--- probe pod\n{}\n--- nodes\n{}",
+                    pod.map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                        .unwrap_or_default(),
+                    nodes
+                        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                        .unwrap_or_default()
+                );
             }
             assert!(
                 started.elapsed() < Duration::from_secs(120),
