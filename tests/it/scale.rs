@@ -321,6 +321,16 @@ async fn scale_thousands_of_pods_on_fake_nodes() {
     let before: HashSet<String> = seen_up.lock().unwrap().keys().cloned().collect();
     let roll_started = Instant::now();
     let cpu_roll_from = cpu_seconds(op.proc.pid());
+    let counters = [
+        "eureka_controller_reconciles_total",
+        "eureka_controller_reconcile_duration_seconds_sum",
+        "eureka_kubernetes_status_writes_total",
+        "eureka_kubernetes_event_writes_total",
+    ];
+    let mut counters_from = Vec::new();
+    for c in counters {
+        counters_from.push(op.metric(c).await.unwrap_or(f64::NAN));
+    }
     let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "image": "example/svc:2"}]}}}});
     for ns in &roll_ns {
         Api::<Deployment>::namespaced(client.clone(), ns)
@@ -356,6 +366,14 @@ async fn scale_thousands_of_pods_on_fake_nodes() {
     }
     let roll_time = roll_started.elapsed();
     let cpu_roll = cpu_seconds(op.proc.pid()) - cpu_roll_from;
+    let mut during_roll = Vec::new();
+    for (c, from) in counters.iter().zip(&counters_from) {
+        during_roll.push(format!(
+            "{}={:.2}",
+            c.trim_start_matches("eureka_"),
+            op.metric(c).await.unwrap_or(f64::NAN) - from
+        ));
+    }
     poll.abort();
     watch.abort();
     let (ready, up) = visible;
@@ -386,6 +404,7 @@ async fn scale_thousands_of_pods_on_fake_nodes() {
         per_unselected,
         per_registered,
     );
+    println!("SCALE_ROLLOUT_COUNTERS {}", during_roll.join(" "));
     assert!(!log.contains("panicked"), "{}", op.proc.log_tail(30));
     assert_eq!(lat.len(), rolled);
     assert!(
