@@ -82,8 +82,13 @@ impl Index {
         self.apps.keys().cloned().collect()
     }
 
-    pub fn apply_pod(&mut self, pod: PodInfo) -> Vec<AppKey> {
+    pub fn apply_pod(&mut self, mut pod: PodInfo) -> Vec<AppKey> {
         let ns = self.pods.entry(pod.namespace.clone()).or_default();
+        // A deletion whose grace period is shortened (the kubelet's final delete with grace 0,
+        // `kubectl delete --force`) moves the deletionTimestamp: the drain began at the first one.
+        if let Some(first) = ns.get(&pod.name).and_then(|o| o.deleting_since) {
+            pod.deleting_since = Some(pod.deleting_since.map_or(first, |now| now.min(first)));
+        }
         let old = ns.insert(pod.name.clone(), Arc::new(pod.clone()));
         if old.as_deref() == Some(&pod) {
             return Vec::new();
@@ -213,6 +218,22 @@ mod tests {
             node_name: Some("n1".into()),
             ..PodInfo::default()
         }
+    }
+
+    #[test]
+    fn a_drain_starts_at_the_first_deletion_timestamp() {
+        let mut idx = Index::default();
+        let mut p = pod("a", "p1", "web");
+        p.deleting_since = Some(1_000);
+        idx.apply_pod(p.clone());
+        // The final delete with grace 0 moves deletionTimestamp to the end of the grace period.
+        p.deleting_since = Some(9_000);
+        idx.apply_pod(p);
+        let key = AppKey {
+            namespace: "a".into(),
+            name: "web".into(),
+        };
+        assert_eq!(idx.snapshot(&key).pods[0].deleting_since, Some(1_000));
     }
 
     #[test]
