@@ -919,9 +919,14 @@ impl Context {
                 soonest(delay - waited);
                 continue;
             }
-            match self.set_gate(&key.namespace, pod, &gated.gate.condition_type, replicas.len()).await {
+            match self
+                .set_gate(&key.namespace, pod, &gated.gate.condition_type, replicas.len())
+                .await
+            {
                 Ok(()) => {
-                    self.gates_confirmed.lock().remove(&(key.namespace.clone(), pod.clone()));
+                    self.gates_confirmed
+                        .lock()
+                        .remove(&(key.namespace.clone(), pod.clone()));
                     self.metrics.gates_opened.inc();
                 }
                 Err(e) => {

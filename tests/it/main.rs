@@ -6,6 +6,7 @@ mod common;
 
 mod api;
 mod chart;
+mod chart_install;
 mod client_generations;
 mod clients;
 mod controller;
@@ -16,6 +17,8 @@ mod faults;
 mod ha;
 mod hardening_http;
 mod java_peering;
+mod lifecycle;
 mod peers_eureka;
 mod peers_kubernetes;
+mod scale;
 mod tls;
