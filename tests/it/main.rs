@@ -20,5 +20,6 @@ mod java_peering;
 mod lifecycle;
 mod peers_eureka;
 mod peers_kubernetes;
+mod readiness_gate;
 mod scale;
 mod tls;
