@@ -8,6 +8,8 @@ use clap::{Args as ClapArgs, Parser, ValueEnum};
 
 use crate::registry::{RegistryConfig, lease::ExpiryMode, preservation::PreservationConfig};
 
+pub mod limits;
+
 #[derive(Clone, Debug, Parser)]
 #[command(
     name = "eureka-operator",
@@ -46,6 +48,9 @@ pub struct Args {
 
     #[command(flatten)]
     pub kubernetes: KubernetesArgs,
+
+    #[command(flatten)]
+    pub limits: limits::LimitArgs,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -15,6 +15,7 @@
 pub mod eviction;
 pub mod instance;
 pub mod lease;
+pub mod limits;
 pub mod preservation;
 pub mod rules;
 pub mod view;
@@ -26,6 +27,7 @@ use std::{
 
 use instance::{ActionType, InstanceInfo, Metadata, Status};
 use lease::{ExpiryMode, Lease};
+use limits::{LimitExceeded, Limits};
 use preservation::{Preservation, PreservationConfig};
 use view::{AppView, AppsView, InstanceView, LeaseView, OriginKind, StatusCounts};
 
@@ -45,6 +47,8 @@ pub struct RegistryConfig {
     pub override_expiry_ms: i64,
     /// Entries kept for the dashboard's "last registered / cancelled" lists.
     pub recent_queue_len: usize,
+    /// Caps on what clients and peers may store (pods are never refused).
+    pub limits: Limits,
 }
 
 impl Default for RegistryConfig {
@@ -59,6 +63,7 @@ impl Default for RegistryConfig {
             lease_expiry: ExpiryMode::Exact,
             override_expiry_ms: 3_600_000,
             recent_queue_len: 1000,
+            limits: Limits::default(),
         }
     }
 }
@@ -162,6 +167,8 @@ pub enum Reply {
     Refused(String),
     /// A pod instance was left as it was because nothing changed.
     Unchanged,
+    /// A cap refuses the write (an instance too large, or the registry full).
+    OverLimit(LimitExceeded),
 }
 
 /// The replication actions of the batch protocol.
@@ -493,16 +500,23 @@ impl Registry {
                 "instance {id} of {app} is managed by {owner}; change it there"
             )));
         }
-        let mut registrant = incoming.clone();
-        match &existing {
-            // A stored copy that is strictly newer wins over the registration.
-            Some(e) if e.info.last_dirty_timestamp > incoming.last_dirty_timestamp => {
-                registrant = (*e.info).clone();
-            }
-            Some(_) => {}
-            None => self.preservation.client_registered(),
+        if let Err(e) = self.admit(&incoming, existing.is_some()) {
+            return Outcome::reply(Reply::OverLimit(e));
         }
-        let mut lease = Lease::new(now, incoming.lease.normalised().duration_secs);
+        let duration_secs = incoming.lease.normalised().duration_secs;
+        // A stored copy that is strictly newer wins over the registration (which is still what
+        // peers are told about).
+        let (mut registrant, stale_incoming) = match &existing {
+            Some(e) if e.info.last_dirty_timestamp > incoming.last_dirty_timestamp => {
+                ((*e.info).clone(), Some(incoming))
+            }
+            Some(_) => (incoming, None),
+            None => {
+                self.preservation.client_registered();
+                (incoming, None)
+            }
+        };
+        let mut lease = Lease::new(now, duration_secs);
         if let Some(e) = &existing {
             lease.service_up_ts = e.lease.service_up_ts;
         }
@@ -555,7 +569,7 @@ impl Registry {
             // kept, peers still get the incoming (stale) one and resolve it by its timestamp.
             let stored = self.view_of(&app, &id).expect("just registered");
             let mut instance = stored.clone();
-            if stored.info.last_dirty_timestamp > incoming.last_dirty_timestamp {
+            if let Some(incoming) = stale_incoming {
                 instance.info = Arc::new(incoming);
             }
             outcome.replicate.push(Replication {
@@ -571,6 +585,34 @@ impl Registry {
             });
         }
         outcome
+    }
+
+    /// Whether the caps let a client or peer store `info` (`replaces`: an instance with its id is
+    /// already there, so the counts do not grow).
+    fn admit(&self, info: &InstanceInfo, replaces: bool) -> Result<(), LimitExceeded> {
+        let limits = &self.config.limits;
+        limits.instance.check(info)?;
+        if replaces {
+            return Ok(());
+        }
+        if self.counts.total() >= limits.max_instances as u64 {
+            return Err(LimitExceeded::Instances {
+                limit: limits.max_instances,
+            });
+        }
+        match self.apps.get(&info.app) {
+            Some(app) if app.len() >= limits.max_instances_per_application => {
+                Err(LimitExceeded::InstancesPerApplication {
+                    app: info.app.clone(),
+                    limit: limits.max_instances_per_application,
+                })
+            }
+            Some(_) => Ok(()),
+            None if self.apps.len() >= limits.max_applications => Err(LimitExceeded::Applications {
+                limit: limits.max_applications,
+            }),
+            None => Ok(()),
+        }
     }
 
     fn renew(
@@ -812,7 +854,8 @@ impl Registry {
                 "instance {id} of {app} is managed by {owner}; set its metadata in the EurekaApp"
             )));
         }
-        // Java edits the stored instance and registers it again (a new lease, an ADDED delta).
+        // Java edits the stored instance and registers it again (a new lease, an ADDED delta):
+        // one copy of the instance, then O(1) per key; the caps are checked on registering.
         let mut info = (*entry.info).clone();
         for (k, v) in entries.iter() {
             info.metadata.insert(k, v);

@@ -18,7 +18,7 @@ use crate::{
     config::{Args, KubernetesArgs, KubernetesMode, PeerArgs},
     k8s::{controller, index::Index, lease, peers as k8s_peers, status},
     metrics::{Metrics, RegistryCollector},
-    registry::Registry,
+    registry::{Registry, RegistryConfig},
     replication::{
         self, PeerKind, Replicator,
         batcher::Limits,
@@ -139,10 +139,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         auth,
         peers,
         kubernetes,
+        limits,
     } = args;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let started_at = clock.now_ms();
-    let registry = Registry::new(server.registry_config(), started_at);
+    let registry_config = RegistryConfig {
+        limits: limits.registry_limits(),
+        ..server.registry_config()
+    };
+    let registry = Registry::new(registry_config, started_at);
     let state = AppState::new(registry, clock, server.disable_delta);
 
     let metrics = Metrics::new();
@@ -340,6 +345,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         state: state.clone(),
         metrics: metrics.clone(),
         max_body: max_request_body_bytes,
+        input: limits.input_limits(),
         started_at,
         environment: kubernetes.cluster_id.clone(),
         peers: peers_rx,

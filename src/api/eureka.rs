@@ -15,8 +15,11 @@ use super::{
 };
 use crate::{
     cache::Key,
-    codec::{self, Format},
-    registry::{Command, Reply, Source, instance::Status},
+    codec::{self, Format, RegistrationError},
+    registry::{
+        Command, Reply, Source,
+        instance::{Metadata, Status},
+    },
     state::Writer,
 };
 
@@ -40,6 +43,21 @@ fn source(writer: &Writer) -> Source {
 
 /// Serves one Eureka request.
 pub async fn handle(
+    api: &Api,
+    route: Route,
+    method: Method,
+    query: Option<&str>,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let result = serve(api, route, method, query, headers, body).await;
+    if let Err(ApiError::OverLimit(e)) = &result {
+        api.metrics.limit_refused(e.kind());
+    }
+    result
+}
+
+async fn serve(
     api: &Api,
     route: Route,
     method: Method,
@@ -189,7 +207,11 @@ pub async fn handle(
             reply(state.apply(command, writer).reply, headers)
         }
         (Route::InstanceMetadata { app, id }, _) => {
-            let entries = params.into_iter().collect();
+            // Java takes the first value of a repeated key, and drops a parameter without a name.
+            let mut entries = Metadata::new();
+            for (k, v) in params.into_iter().filter(|(k, _)| !k.is_empty()) {
+                entries.insert_first(k, v);
+            }
             let outcome = state.apply(Command::UpdateMetadata { app, id, entries }, writer(headers));
             reply(outcome.reply, headers)
         }
@@ -251,18 +273,23 @@ fn reply(reply: Reply, headers: &HeaderMap) -> Result<Response, ApiError> {
             negotiate::document(StatusCode::CONFLICT, codec::encode_instance(&view, format), format)
         }
         Reply::Refused(message) => return Err(ApiError::Conflict(message)),
+        Reply::OverLimit(e) => return Err(ApiError::OverLimit(e)),
     })
 }
 
 async fn register(api: &Api, app: String, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
-    let body = negotiate::read_body(headers, body, api.max_body).await?;
-    let (format, converted) = negotiate::body_format(headers, &body)?;
-    let bytes = converted.as_deref().unwrap_or(&body);
-    let registration =
-        codec::decode_registration(bytes, format, api.state.now()).map_err(|e| ApiError::Unparseable {
-            detail: e.message,
-            json: negotiate::json_request(headers),
-        })?;
+    let (format, latin1) = negotiate::declared_format(headers)?;
+    let (now, limits, json) = (api.state.now(), api.input.instance, negotiate::json_request(headers));
+    let registration = negotiate::decode_body(headers, body, api.max_body, api.input, latin1, move |input| {
+        codec::decode_registration_from(input, format, now, limits).map_err(|e| match e {
+            RegistrationError::Decode(e) => ApiError::Unparseable {
+                detail: e.message,
+                json,
+            },
+            RegistrationError::OverLimit(e) => ApiError::OverLimit(e),
+        })
+    })
+    .await?;
     codec::validate_registration(&registration, &app).map_err(|message| ApiError::Validation {
         message,
         format: negotiate::reply_format(headers).unwrap_or(Format::Xml),
@@ -346,7 +373,7 @@ fn server_status(api: &Api, format: Format) -> Response {
             out
         }
         Format::Xml => {
-            let esc = |v: &str| v.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+            let esc = codec::xml::escape;
             let mut out = b"<com.netflix.eureka.util.StatusInfo><generalStats>".to_vec();
             for (k, v) in &general {
                 out.extend_from_slice(format!("<{k}>{}</{k}>", esc(v)).as_bytes());

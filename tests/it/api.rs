@@ -32,6 +32,7 @@ fn app_with(disable_delta: bool, credentials: Option<Credentials>) -> (Router, A
         state: state.clone(),
         metrics: Metrics::new(),
         max_body: 64 * 1024,
+        input: Default::default(),
         started_at: clock.now_ms(),
         environment: "test".into(),
         peers,
