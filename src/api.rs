@@ -39,7 +39,7 @@ pub struct Api {
     /// Largest request body, after decompression.
     pub max_body: usize,
     /// Where bodies are decoded, and the per-instance caps applied while decoding them.
-    pub input: negotiate::InputLimits,
+    pub input: negotiate::Decoding,
     pub started_at: i64,
     pub environment: String,
     /// The peer URLs this replica replicates to, as currently known.

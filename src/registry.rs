@@ -138,6 +138,18 @@ pub enum Command {
         id: String,
         entries: Metadata,
     },
+    /// [`Command::UpdateMetadata`] prepared by the caller without the lock: `merged` is `base` (as
+    /// read from [`Registry::stored`]) with `entries` set. It is stored as is when the instance is
+    /// still `base`, so the write costs O(1) per key under the lock, not a copy of the instance;
+    /// otherwise `entries` are applied to what is stored now. A caller that keeps `base` until the
+    /// write returns also frees the replaced copy without the lock.
+    MergeMetadata {
+        app: String,
+        id: String,
+        entries: Metadata,
+        base: Arc<InstanceInfo>,
+        merged: Box<InstanceInfo>,
+    },
     /// Creates or updates the instance of a pod. `info.status` is what the pod's state maps to.
     UpsertPod {
         info: InstanceInfo,
@@ -405,6 +417,8 @@ pub struct Registry {
     preservation: Preservation,
     last_eviction: Option<i64>,
     totals: Totals,
+    /// Bytes of text of every stored instance (what `limits.max_registry_bytes` caps).
+    text_bytes: usize,
 }
 
 impl Registry {
@@ -428,6 +442,7 @@ impl Registry {
             preservation,
             last_eviction: None,
             totals: Totals::default(),
+            text_bytes: 0,
         }
     }
 
@@ -478,7 +493,14 @@ impl Registry {
                 last_dirty_timestamp,
                 source,
             } => self.delete_status_override(&app, &id, status, last_dirty_timestamp, source, now),
-            Command::UpdateMetadata { app, id, entries } => self.update_metadata(&app, &id, entries, now),
+            Command::UpdateMetadata { app, id, entries } => self.update_metadata(&app, &id, entries, None, now),
+            Command::MergeMetadata {
+                app,
+                id,
+                entries,
+                base,
+                merged,
+            } => self.update_metadata(&app, &id, entries, Some((base, merged)), now),
             Command::UpsertPod { info, owner, overrides } => self.upsert_pod(info, owner, overrides, now),
             Command::RemovePod { app, id, owner } => self.remove_pod(&app, &id, &owner, now),
         }
@@ -500,7 +522,7 @@ impl Registry {
                 "instance {id} of {app} is managed by {owner}; change it there"
             )));
         }
-        if let Err(e) = self.admit(&incoming, existing.is_some()) {
+        if let Err(e) = self.admit(&incoming, existing.as_ref().map(|e| &*e.info)) {
             return Outcome::reply(Reply::OverLimit(e));
         }
         let duration_secs = incoming.lease.normalised().duration_secs;
@@ -587,12 +609,19 @@ impl Registry {
         outcome
     }
 
-    /// Whether the caps let a client or peer store `info` (`replaces`: an instance with its id is
-    /// already there, so the counts do not grow).
-    fn admit(&self, info: &InstanceInfo, replaces: bool) -> Result<(), LimitExceeded> {
+    /// Whether the caps let a client or peer store `info` in place of `replaced` (the instance
+    /// with its id, if there is one: then the counts do not grow).
+    fn admit(&self, info: &InstanceInfo, replaced: Option<&InstanceInfo>) -> Result<(), LimitExceeded> {
         let limits = &self.config.limits;
         limits.instance.check(info)?;
-        if replaces {
+        let freed = replaced.map_or(0, InstanceInfo::text_bytes);
+        if (self.text_bytes - freed.min(self.text_bytes)).saturating_add(info.text_bytes()) > limits.max_registry_bytes
+        {
+            return Err(LimitExceeded::RegistryBytes {
+                limit: limits.max_registry_bytes,
+            });
+        }
+        if replaced.is_some() {
             return Ok(());
         }
         if self.counts.total() >= limits.max_instances as u64 {
@@ -845,7 +874,14 @@ impl Registry {
         outcome
     }
 
-    fn update_metadata(&mut self, app: &str, id: &str, entries: Metadata, now: i64) -> Outcome {
+    fn update_metadata(
+        &mut self,
+        app: &str,
+        id: &str,
+        entries: Metadata,
+        prepared: Option<(Arc<InstanceInfo>, Box<InstanceInfo>)>,
+        now: i64,
+    ) -> Outcome {
         let Some(entry) = self.apps.get(app).and_then(|a| a.get(id)) else {
             return Outcome::reply(Reply::NotFound);
         };
@@ -854,12 +890,18 @@ impl Registry {
                 "instance {id} of {app} is managed by {owner}; set its metadata in the EurekaApp"
             )));
         }
-        // Java edits the stored instance and registers it again (a new lease, an ADDED delta):
-        // one copy of the instance, then O(1) per key; the caps are checked on registering.
-        let mut info = (*entry.info).clone();
-        for (k, v) in entries.iter() {
-            info.metadata.insert(k, v);
-        }
+        // Java edits the stored instance and registers it again (a new lease, an ADDED delta);
+        // the caps are checked on registering.
+        let info = match prepared {
+            Some((base, merged)) if Arc::ptr_eq(&base, &entry.info) => *merged,
+            _ => {
+                let mut info = (*entry.info).clone();
+                for (k, v) in entries.iter() {
+                    info.metadata.insert(k, v);
+                }
+                info
+            }
+        };
         let mut outcome = self.register(info, Source::Client, now);
         if outcome.reply == Reply::Registered {
             outcome.reply = Reply::Ok;
@@ -1211,6 +1253,11 @@ impl Registry {
             .collect()
     }
 
+    /// The stored description of `app`/`id` (expired or not), shared.
+    pub fn stored(&self, app: &str, id: &str) -> Option<Arc<InstanceInfo>> {
+        self.apps.get(app).and_then(|a| a.get(id)).map(|e| e.info.clone())
+    }
+
     /// Whether a lease exists for `app`/`id` (expired or not).
     pub fn contains(&self, app: &str, id: &str) -> bool {
         self.apps.get(app).is_some_and(|a| a.contains_key(id))
@@ -1340,7 +1387,9 @@ impl Registry {
         let id = entry.info.id().to_string();
         self.counts.add(entry.info.status);
         *self.by_origin.entry(entry.origin.kind()).or_default() += 1;
+        self.text_bytes += entry.info.text_bytes();
         if let Some(old) = self.apps.entry(app.clone()).or_default().insert(id.clone(), entry) {
+            self.text_bytes -= old.info.text_bytes();
             self.counts.remove(old.info.status);
             if let Some(n) = self.by_origin.get_mut(&old.origin.kind()) {
                 *n = n.saturating_sub(1);
@@ -1355,8 +1404,10 @@ impl Registry {
             return;
         };
         let old = entry.info.status;
+        let bytes = entry.info.text_bytes();
         let info = Arc::make_mut(&mut entry.info);
         edit(info);
+        self.text_bytes = self.text_bytes - bytes + info.text_bytes();
         info.action_type = Some(ActionType::Modified);
         info.last_updated_timestamp = now;
         let new = info.status;
@@ -1368,6 +1419,7 @@ impl Registry {
     /// Removes an entry, cancels its lease and logs a DELETED change with its last state.
     fn remove(&mut self, app: &str, id: &str, now: i64) -> Option<InstanceView> {
         let mut entry = self.apps.get_mut(app)?.remove(id)?;
+        self.text_bytes -= entry.info.text_bytes();
         entry.lease.cancel(now);
         let info = Arc::make_mut(&mut entry.info);
         info.action_type = Some(ActionType::Deleted);

@@ -345,7 +345,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         state: state.clone(),
         metrics: metrics.clone(),
         max_body: max_request_body_bytes,
-        input: limits.input_limits(),
+        input: api::negotiate::Decoding::new(limits.input_limits()),
         started_at,
         environment: kubernetes.cluster_id.clone(),
         peers: peers_rx,

@@ -212,8 +212,7 @@ async fn serve(
             for (k, v) in params.into_iter().filter(|(k, _)| !k.is_empty()) {
                 entries.insert_first(k, v);
             }
-            let outcome = state.apply(Command::UpdateMetadata { app, id, entries }, writer(headers));
-            reply(outcome.reply, headers)
+            reply(update_metadata(api, app, id, entries, writer(headers)).await, headers)
         }
         (Route::Batch, _) => peer::batch(api, headers, body).await,
         (Route::AsgStatus { asg }, _) => Err(ApiError::Invalid(format!(
@@ -279,8 +278,12 @@ fn reply(reply: Reply, headers: &HeaderMap) -> Result<Response, ApiError> {
 
 async fn register(api: &Api, app: String, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
     let (format, latin1) = negotiate::declared_format(headers)?;
-    let (now, limits, json) = (api.state.now(), api.input.instance, negotiate::json_request(headers));
-    let registration = negotiate::decode_body(headers, body, api.max_body, api.input, latin1, move |input| {
+    let (now, limits, json) = (
+        api.state.now(),
+        api.input.limits.instance,
+        negotiate::json_request(headers),
+    );
+    let registration = negotiate::decode_body(headers, body, api.max_body, &api.input, latin1, move |input| {
         codec::decode_registration_from(input, format, now, limits).map_err(|e| match e {
             RegistrationError::Decode(e) => ApiError::Unparseable {
                 detail: e.message,
@@ -300,6 +303,47 @@ async fn register(api: &Api, app: String, headers: &HeaderMap, body: Body) -> Re
         source: source(&writer),
     };
     reply(api.state.apply(command, writer).reply, headers)
+}
+
+/// `PUT apps/{app}/{id}/metadata`: the stored instance is copied and merged without the registry
+/// lock (on a blocking thread when it is large), so the lock is held for O(1) per new key; the
+/// replaced copy is freed without the lock too.
+async fn update_metadata(api: &Api, app: String, id: String, entries: Metadata, writer: Writer) -> Reply {
+    let state = &api.state;
+    let Some(base) = state.with_registry(|r, _| r.stored(&app, &id)) else {
+        return state.apply(Command::UpdateMetadata { app, id, entries }, writer).reply;
+    };
+    let large = base.text_bytes() > api.input.limits.blocking_threshold;
+    let merge = {
+        let (base, entries) = (base.clone(), entries.clone());
+        move || {
+            let mut merged = (*base).clone();
+            for (k, v) in entries.iter() {
+                merged.metadata.insert(k, v);
+            }
+            Box::new(merged)
+        }
+    };
+    let merged = if large {
+        match tokio::task::spawn_blocking(merge).await {
+            Ok(merged) => merged,
+            Err(_) => return state.apply(Command::UpdateMetadata { app, id, entries }, writer).reply,
+        }
+    } else {
+        merge()
+    };
+    let command = Command::MergeMetadata {
+        app,
+        id,
+        entries,
+        base: base.clone(),
+        merged,
+    };
+    let reply = state.apply(command, writer).reply;
+    if large {
+        tokio::task::spawn_blocking(move || drop(base));
+    }
+    reply
 }
 
 /// Memory figures for the status document: (total available, in use), from /proc.

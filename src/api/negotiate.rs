@@ -5,9 +5,14 @@
 //! A request body is decoded as it is inflated: a gzip body is never held whole, so a small
 //! compressed body that inflates to the size limit costs the decoder's state, not the inflated
 //! size. Gzip bodies and bodies above a size threshold are decoded on a blocking thread, so the
-//! request workers (and the heartbeats they serve) never wait behind a large decode.
+//! request workers (and the heartbeats they serve) never wait behind a large decode, and at most
+//! a bounded number of such decodes run at once (by default one less than the cores), so a flood
+//! of large bodies queues instead of taking every core.
 
-use std::io::{BufReader, Read};
+use std::{
+    io::{BufReader, Read},
+    sync::Arc,
+};
 
 use axum::{
     body::Body,
@@ -249,20 +254,56 @@ pub struct InputLimits {
     /// Bodies larger than this (and every gzip body, whose inflated size is unknown until it is
     /// read) are decoded on a blocking thread.
     pub blocking_threshold: usize,
+    /// How many of those decodes run at once; 0: one less than the cores, at least one.
+    pub max_concurrent_decodes: usize,
     /// Caps on one instance, applied while a registration or a batch is decoded.
     pub instance: InstanceLimits,
 }
 
 impl InputLimits {
     pub const DEFAULT_BLOCKING_THRESHOLD: usize = 64 * 1024;
+
+    /// The number of concurrent blocking decodes `max_concurrent_decodes` stands for.
+    pub fn decoders(&self) -> usize {
+        match self.max_concurrent_decodes {
+            0 => std::thread::available_parallelism()
+                .map_or(1, |n| n.get())
+                .saturating_sub(1)
+                .max(1),
+            n => n,
+        }
+    }
 }
 
 impl Default for InputLimits {
     fn default() -> Self {
         InputLimits {
             blocking_threshold: Self::DEFAULT_BLOCKING_THRESHOLD,
+            max_concurrent_decodes: 0,
             instance: InstanceLimits::default(),
         }
+    }
+}
+
+/// How request bodies are read: the limits, and the permits of the blocking decodes.
+#[derive(Clone, Debug)]
+pub struct Decoding {
+    pub limits: InputLimits,
+    permits: Arc<tokio::sync::Semaphore>,
+}
+
+impl Decoding {
+    pub fn new(limits: InputLimits) -> Decoding {
+        Decoding {
+            limits,
+            permits: Arc::new(tokio::sync::Semaphore::new(limits.decoders())),
+        }
+    }
+}
+
+impl Default for Decoding {
+    fn default() -> Self {
+        Decoding::new(InputLimits::default())
     }
 }
 
@@ -349,8 +390,10 @@ impl Read for BodyReader<'_> {
     }
 }
 
-/// Decodes `raw` with `decode`, streaming it when it must be inflated or converted.
-fn decode_now<T>(
+/// Decodes a body already read, `raw`, with `decode`: streamed through an inflater (`gzip`) and a
+/// converter (`latin1`) when it needs them, failing past `limit` bytes; `json` says how a decode
+/// failure is answered.
+pub fn decode_bytes<T>(
     raw: &[u8],
     gzip: bool,
     latin1: bool,
@@ -390,12 +433,13 @@ fn decode_now<T>(
 
 /// Reads a request body of at most `limit` bytes (after decompression; `Content-Encoding: gzip`
 /// is inflated as it is decoded, and ISO-8859-1 converted when `latin1`) and decodes it with
-/// `decode`: on a blocking thread when it is gzipped or larger than `limits.blocking_threshold`.
+/// `decode`: on a blocking thread, once a permit is free, when it is gzipped or larger than the
+/// blocking threshold.
 pub async fn decode_body<T, F>(
     headers: &HeaderMap,
     body: Body,
     limit: usize,
-    limits: InputLimits,
+    decoding: &Decoding,
     latin1: bool,
     decode: F,
 ) -> Result<T, ApiError>
@@ -408,12 +452,21 @@ where
         .map_err(|_| ApiError::TooLarge(limit))?;
     let gzip = header_str(headers, header::CONTENT_ENCODING).is_some_and(|v| v.eq_ignore_ascii_case("gzip"));
     let json = json_request(headers);
-    if !gzip && raw.len() <= limits.blocking_threshold {
-        return decode_now(&raw, gzip, latin1, limit, json, decode);
+    if !gzip && raw.len() <= decoding.limits.blocking_threshold {
+        return decode_bytes(&raw, gzip, latin1, limit, json, decode);
     }
-    tokio::task::spawn_blocking(move || decode_now(&raw, gzip, latin1, limit, json, decode))
+    let permit = decoding
+        .permits
+        .clone()
+        .acquire_owned()
         .await
-        .map_err(|e| ApiError::Internal(format!("failed to decode the request body: {e}")))?
+        .map_err(|e| ApiError::Internal(format!("failed to decode the request body: {e}")))?;
+    tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        decode_bytes(&raw, gzip, latin1, limit, json, decode)
+    })
+    .await
+    .map_err(|e| ApiError::Internal(format!("failed to decode the request body: {e}")))?
 }
 
 #[cfg(test)]
@@ -482,7 +535,7 @@ mod tests {
 
     /// Reads the whole stream as `decode` would.
     fn read_all(raw: &[u8], gzip: bool, latin1: bool, limit: usize) -> Result<Vec<u8>, ApiError> {
-        decode_now(raw, gzip, latin1, limit, true, |input| match input {
+        decode_bytes(raw, gzip, latin1, limit, true, |input| match input {
             Input::Bytes(b) => Ok(b.to_vec()),
             Input::Stream(r) => {
                 let mut out = Vec::new();

@@ -33,8 +33,8 @@ pub async fn batch(api: &Api, headers: &HeaderMap, body: Body) -> Result<Respons
     } else {
         Writer::ForeignPeer
     };
-    let (now, limits) = (api.state.now(), api.input.instance);
-    let items = negotiate::decode_body(headers, body, api.max_body, api.input, false, move |input| {
+    let (now, limits) = (api.state.now(), api.input.limits.instance);
+    let items = negotiate::decode_body(headers, body, api.max_body, &api.input, false, move |input| {
         batch::decode_list_from(input, now, limits).map_err(|e| ApiError::Unparseable {
             detail: e.message,
             json: true,

@@ -26,6 +26,10 @@ pub struct LimitArgs {
     )]
     pub max_instances_per_application: usize,
 
+    /// Most bytes of text the registry holds in all (every instance's strings); a registration past it is refused with 403.
+    #[arg(long, env = "EUREKA_MAX_REGISTRY_BYTES", default_value_t = Limits::DEFAULT_MAX_REGISTRY_BYTES)]
+    pub max_registry_bytes: usize,
+
     /// Most metadata keys of one instance; a registration or metadata update past it is refused with 400.
     #[arg(
         long,
@@ -45,6 +49,10 @@ pub struct LimitArgs {
         default_value_t = InputLimits::DEFAULT_BLOCKING_THRESHOLD
     )]
     pub blocking_decode_threshold_bytes: usize,
+
+    /// How many of those blocking decodes run at once (0: one less than the cores, at least one); others wait their turn.
+    #[arg(long, env = "EUREKA_MAX_CONCURRENT_BODY_DECODES", default_value_t = 0)]
+    pub max_concurrent_body_decodes: usize,
 }
 
 impl LimitArgs {
@@ -61,6 +69,7 @@ impl LimitArgs {
             max_instances: self.max_instances,
             max_applications: self.max_applications,
             max_instances_per_application: self.max_instances_per_application,
+            max_registry_bytes: self.max_registry_bytes,
             instance: self.instance_limits(),
         }
     }
@@ -69,6 +78,7 @@ impl LimitArgs {
     pub fn input_limits(&self) -> InputLimits {
         InputLimits {
             blocking_threshold: self.blocking_decode_threshold_bytes,
+            max_concurrent_decodes: self.max_concurrent_body_decodes,
             instance: self.instance_limits(),
         }
     }

@@ -20,7 +20,7 @@ pub struct InstanceLimits {
 
 impl InstanceLimits {
     pub const DEFAULT_MAX_METADATA_KEYS: usize = 1_000;
-    pub const DEFAULT_MAX_BYTES: usize = 64 * 1024;
+    pub const DEFAULT_MAX_BYTES: usize = 16 * 1024;
 
     /// No caps (what this server reads from its own peers' answers; the registry still applies
     /// its caps when it takes the instances).
@@ -62,6 +62,8 @@ pub struct Limits {
     pub max_instances: usize,
     pub max_applications: usize,
     pub max_instances_per_application: usize,
+    /// Bytes of text of all instances together ([`InstanceInfo::text_bytes`] summed).
+    pub max_registry_bytes: usize,
     pub instance: InstanceLimits,
 }
 
@@ -69,6 +71,7 @@ impl Limits {
     pub const DEFAULT_MAX_INSTANCES: usize = 100_000;
     pub const DEFAULT_MAX_APPLICATIONS: usize = 10_000;
     pub const DEFAULT_MAX_INSTANCES_PER_APPLICATION: usize = 10_000;
+    pub const DEFAULT_MAX_REGISTRY_BYTES: usize = 256 * 1024 * 1024;
 }
 
 impl Default for Limits {
@@ -77,6 +80,7 @@ impl Default for Limits {
             max_instances: Self::DEFAULT_MAX_INSTANCES,
             max_applications: Self::DEFAULT_MAX_APPLICATIONS,
             max_instances_per_application: Self::DEFAULT_MAX_INSTANCES_PER_APPLICATION,
+            max_registry_bytes: Self::DEFAULT_MAX_REGISTRY_BYTES,
             instance: InstanceLimits::default(),
         }
     }
@@ -99,6 +103,10 @@ pub enum LimitExceeded {
         "failed to register: application {app} already has its maximum of {limit} instances (--max-instances-per-application)"
     )]
     InstancesPerApplication { app: String, limit: usize },
+    #[error(
+        "failed to register: the registry already holds its maximum of {limit} bytes of instances (--max-registry-bytes)"
+    )]
+    RegistryBytes { limit: usize },
 }
 
 impl LimitExceeded {
@@ -111,6 +119,7 @@ impl LimitExceeded {
             LimitExceeded::Instances { .. } => "instances",
             LimitExceeded::Applications { .. } => "applications",
             LimitExceeded::InstancesPerApplication { .. } => "instances_per_application",
+            LimitExceeded::RegistryBytes { .. } => "registry_bytes",
         }
     }
 
@@ -163,7 +172,7 @@ mod tests {
             max_instances: 3,
             max_applications: 2,
             max_instances_per_application: 2,
-            instance: InstanceLimits::default(),
+            ..Limits::default()
         });
         assert_eq!(register(&mut r, instance("A", "a1")), Reply::Registered);
         assert_eq!(register(&mut r, instance("A", "a2")), Reply::Registered);
@@ -194,6 +203,35 @@ mod tests {
             Reply::OverLimit(LimitExceeded::Applications { limit: 1 })
         );
         assert_eq!(r.stats(1).instances, 1);
+    }
+
+    #[test]
+    fn the_text_the_registry_holds_is_capped_and_kept_as_instances_come_and_go() {
+        let mut r = registry(Limits {
+            max_registry_bytes: 1_000,
+            ..Limits::default()
+        });
+        let sized = |id: &str, n: usize| {
+            let mut i = instance("A", id);
+            i.metadata.insert("pad", "x".repeat(n));
+            i
+        };
+        assert_eq!(register(&mut r, sized("a1", 400)), Reply::Registered);
+        assert_eq!(register(&mut r, sized("a2", 400)), Reply::Registered);
+        assert_eq!(
+            register(&mut r, sized("a3", 400)),
+            Reply::OverLimit(LimitExceeded::RegistryBytes { limit: 1_000 })
+        );
+        // A replacement counts the difference; a cancel gives its bytes back.
+        assert_eq!(register(&mut r, sized("a2", 100)), Reply::Registered);
+        assert_eq!(register(&mut r, sized("a3", 300)), Reply::Registered);
+        let cancel = Command::Cancel {
+            app: "A".into(),
+            id: "a1".into(),
+            source: Source::Client,
+        };
+        assert_eq!(r.apply(cancel, 2).reply, Reply::Ok);
+        assert_eq!(register(&mut r, sized("a4", 400)), Reply::Registered);
     }
 
     #[test]
