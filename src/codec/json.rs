@@ -866,13 +866,8 @@ pub fn read_instance_document(
     }
 }
 
-/// A registration body in memory, without caps.
-pub fn instance_document_from_slice(body: &[u8], now: i64) -> Result<(InstanceInfo, DataCenter), DecodeError> {
-    read_instance_document(super::Input::Bytes(body), now, InstanceLimits::UNLIMITED).map(|d| (d.info, d.data_center))
-}
-
-/// Reads a value that may be one item or an array of them (`null` is none), keeping what `keep`
-/// returns for each.
+/// Reads a value that may be one item or an array of them (`null` is none) with the item seed,
+/// which reads each item into a list; the lists are joined, and the first item error wins.
 struct OneOrMany<S>(S);
 
 impl<'de, S, T> DeserializeSeed<'de> for OneOrMany<S>
@@ -899,7 +894,7 @@ where
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         let mut out = Vec::new();
         let mut error = None;
-        while let Some(items) = seq.next_element_seed(Flat(self.0.clone()))? {
+        while let Some(items) = seq.next_element_seed(self.0.clone())? {
             match items {
                 Ok(items) if error.is_none() => out.extend(items),
                 Err(e) if error.is_none() => error = Some(e),
@@ -925,16 +920,6 @@ where
     }
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
         self.0.deserialize(de::value::StrDeserializer::new(v))
-    }
-}
-
-/// An element of an array read by [`OneOrMany`]: the item seed as is.
-struct Flat<S>(S);
-
-impl<'de, S: DeserializeSeed<'de>> DeserializeSeed<'de> for Flat<S> {
-    type Value = S::Value;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        self.0.deserialize(d)
     }
 }
 
