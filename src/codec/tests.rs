@@ -391,21 +391,26 @@ fn validation_messages_and_order_follow_java() {
     validate_registration(&reg("h", "1", "A", true), "A").unwrap();
 }
 
+/// The record of a client registering `view`.
+fn register_record(view: &InstanceView) -> Replication {
+    Replication {
+        action: Action::Register,
+        app: "ORDER-SERVICE".into(),
+        id: view.id().into(),
+        last_dirty_timestamp: Some(1),
+        status: Some(Status::Up),
+        overridden_status: None,
+        instance: Some(view.clone()),
+        origin: OriginKind::Native,
+        source: crate::registry::Source::Client,
+    }
+}
+
 #[test]
 fn batch_round_trips_with_java_shapes() {
     let view = sample();
     let items = [
-        Replication {
-            action: Action::Register,
-            app: "ORDER-SERVICE".into(),
-            id: view.id().into(),
-            last_dirty_timestamp: Some(1),
-            status: Some(Status::Up),
-            overridden_status: None,
-            instance: Some(view.clone()),
-            origin: OriginKind::Native,
-            source: crate::registry::Source::Client,
-        },
+        register_record(&view),
         Replication {
             action: Action::Heartbeat,
             app: "ORDER-SERVICE".into(),
@@ -663,17 +668,7 @@ fn an_oversized_instance_in_a_batch_fails_only_its_item() {
         info: Arc::new(i),
         ..sample()
     };
-    let register = Replication {
-        action: Action::Register,
-        app: "ORDER-SERVICE".into(),
-        id: view.id().into(),
-        last_dirty_timestamp: Some(1),
-        status: Some(Status::Up),
-        overridden_status: None,
-        instance: Some(view.clone()),
-        origin: OriginKind::Native,
-        source: crate::registry::Source::Client,
-    };
+    let register = register_record(&view);
     let cancel = Replication {
         action: Action::Cancel,
         instance: None,

@@ -21,21 +21,14 @@ use serde_json::{Value, json};
 use crate::common::{
     browser::Browser,
     eureka::{ScriptPeer, Server, http},
+    process::rss_kib,
 };
 
 const HEARTBEAT_EVERY: Duration = Duration::from_millis(50);
 
 /// Resident memory of `pid`, in KiB.
-fn rss_kib(pid: i32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
+fn rss(pid: i32) -> u64 {
+    rss_kib(pid as u32).unwrap_or(0)
 }
 
 /// The largest RSS of a process seen since the sampler started (sampled every 5 ms).
@@ -47,12 +40,12 @@ struct RssPeak {
 
 impl RssPeak {
     fn start(pid: i32) -> RssPeak {
-        let peak = Arc::new(AtomicU64::new(rss_kib(pid)));
+        let peak = Arc::new(AtomicU64::new(rss(pid)));
         let stop = Arc::new(AtomicBool::new(false));
         let (p, s) = (peak.clone(), stop.clone());
         let thread = std::thread::spawn(move || {
             while !s.load(Ordering::Relaxed) {
-                p.fetch_max(rss_kib(pid), Ordering::Relaxed);
+                p.fetch_max(rss(pid), Ordering::Relaxed);
                 std::thread::sleep(Duration::from_millis(5));
             }
         });
@@ -217,6 +210,43 @@ fn assert_heartbeats_held(attack: &str, baseline: Latency, during: Latency) {
     );
 }
 
+/// What is measured around one attack: heartbeats (after a baseline window) and the server's RSS.
+struct Watch {
+    beats: Heartbeats,
+    baseline: Latency,
+    before: u64,
+    peak: RssPeak,
+    from: Instant,
+}
+
+impl Watch {
+    /// Starts the heartbeats, takes a baseline of `baseline`, and starts measuring.
+    async fn start(server: &Server, baseline: Duration) -> Watch {
+        let beats = Heartbeats::start(server).await;
+        let baseline = beats.baseline(baseline).await;
+        let pid = server.proc.pid();
+        Watch {
+            beats,
+            baseline,
+            before: rss(pid),
+            peak: RssPeak::start(pid),
+            from: Instant::now(),
+        }
+    }
+
+    /// Ends the attack (heartbeats sent in its last moments are waited for), reports, checks that
+    /// heartbeats held, and returns the RSS before and at its peak, in KiB.
+    async fn finish(self, attack: &str) -> (u64, u64) {
+        tokio::time::sleep(HEARTBEAT_EVERY * 4).await;
+        let during = self.beats.between(self.from, Instant::now());
+        let peak = self.peak.finish();
+        self.beats.stop().await;
+        report(attack, self.baseline, during, (self.before, peak));
+        assert_heartbeats_held(attack, self.baseline, during);
+        (self.before, peak)
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_metadata_put_of_5k_keys_on_an_instance_of_100k_does_not_stall_heartbeats() {
     // Caps raised (through the environment, which older builds ignore) to reach the size of the
@@ -232,40 +262,27 @@ async fn a_metadata_put_of_5k_keys_on_an_instance_of_100k_does_not_stall_heartbe
     .await;
     let big: serde_json::Map<String, Value> = (0..100_000).map(|i| (format!("k{i:06}"), json!("v"))).collect();
     register(&server, "BIG", "big-1", Value::Object(big)).await;
-    let beats = Heartbeats::start(&server).await;
-    let baseline = beats.baseline(Duration::from_secs(2)).await;
-    let rss = RssPeak::start(server.proc.pid());
-    let before = rss_kib(server.proc.pid());
-
+    let watch = Watch::start(&server, Duration::from_secs(2)).await;
     let query: Vec<String> = (0..5_000).map(|i| format!("n{i}=")).collect();
-    let from = Instant::now();
+    let started = Instant::now();
     let r = http()
         .put(format!("{}apps/BIG/big-1/metadata?{}", server.url(), query.join("&")))
         .timeout(Duration::from_secs(120))
         .send()
         .await
         .unwrap();
-    let put_took = from.elapsed();
+    let took = started.elapsed();
     assert_eq!(r.status(), 200);
-    // Heartbeats sent while the PUT ran, and one interval after.
-    tokio::time::sleep(HEARTBEAT_EVERY * 4).await;
-    let during = beats.between(from, Instant::now());
-    let peak = rss.finish();
-    beats.stop().await;
-    report(
-        &format!(
-            "metadata PUT of 5k keys on 100k (the PUT took {} ms)",
-            put_took.as_millis()
-        ),
-        baseline,
-        during,
-        (before, peak),
-    );
     let stored = instance_json(&server, "BIG", "big-1").await;
     let metadata = stored["instance"]["metadata"].as_object().unwrap();
     assert_eq!(metadata.len(), 105_000);
     assert_eq!(metadata["n4999"], "");
-    assert_heartbeats_held("metadata PUT", baseline, during);
+    watch
+        .finish(&format!(
+            "metadata PUT of 5k keys on 100k (the PUT took {} ms)",
+            took.as_millis()
+        ))
+        .await;
 }
 
 /// Every XML document a client can fetch, parsed by a strict XML 1.0 + namespaces parser.
@@ -301,12 +318,7 @@ async fn assert_every_xml_payload_is_well_formed(server: &Server, app: &str, id:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metadata_keys_that_are_not_xml_names_leave_every_xml_document_well_formed() {
     let server = Server::start(Ipv4Addr::new(127, 0, 0, 81), &[]).await;
-    let beats = Heartbeats::start(&server).await;
-    let baseline = beats.baseline(Duration::from_secs(1)).await;
-    let rss = RssPeak::start(server.proc.pid());
-    let before = rss_kib(server.proc.pid());
-    let from = Instant::now();
-
+    let watch = Watch::start(&server, Duration::from_secs(1)).await;
     // A registration whose keys and values XML cannot hold as they are.
     let hostile = json!({"a b": "1", "x><evil/": "<evil/>", "c:d": "colon", "ctl\u{1}": "v\u{1}v",
                          "1num": "cr\rlf", "\u{1F600}": "emoji", "ok": "]]>"});
@@ -362,20 +374,13 @@ async fn metadata_keys_that_are_not_xml_names_leave_every_xml_document_well_form
         )
         .await;
     }
-    let during = beats.between(from, Instant::now());
-    let peak = rss.finish();
-    beats.stop().await;
-    report("metadata keys that are not XML names", baseline, during, (before, peak));
-    assert_heartbeats_held("hostile metadata keys", baseline, during);
+    watch.finish("metadata keys that are not XML names").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_javascript_status_page_never_becomes_a_dashboard_link() {
     let server = Server::start(Ipv4Addr::new(127, 0, 0, 82), &[]).await;
-    let beats = Heartbeats::start(&server).await;
-    let baseline = beats.baseline(Duration::from_secs(1)).await;
-    let before = rss_kib(server.proc.pid());
-    let from = Instant::now();
+    let watch = Watch::start(&server, Duration::from_secs(1)).await;
     let urls = [
         "javascript:alert(1)",
         " JaVaScRiPt:alert(document.domain)",
@@ -394,7 +399,6 @@ async fn a_javascript_status_page_never_becomes_a_dashboard_link() {
             .unwrap();
         assert_eq!(r.status(), 204);
     }
-    tokio::time::sleep(HEARTBEAT_EVERY * 4).await;
     let r = http().get(format!("{}/", server.base())).send().await.unwrap();
     let csp = r
         .headers()
@@ -424,15 +428,7 @@ async fn a_javascript_status_page_never_becomes_a_dashboard_link() {
         let scripts = browser.eval("return document.scripts.length").await;
         assert_eq!(scripts, json!(0));
     }
-    let during = beats.between(from, Instant::now());
-    beats.stop().await;
-    report(
-        "javascript: status pages",
-        baseline,
-        during,
-        (before, rss_kib(server.proc.pid())),
-    );
-    assert_heartbeats_held("javascript: links", baseline, during);
+    watch.finish("javascript: status pages").await;
 }
 
 fn gzip(data: &[u8]) -> Vec<u8> {
@@ -462,12 +458,8 @@ async fn twenty_concurrent_gzip_bombs_move_neither_memory_nor_heartbeats() {
     json.extend_from_slice(br#"0]}}"#);
     assert!(json.len() < 4 * 1024 * 1024);
     let bomb = bytes::Bytes::from(gzip(&json));
-    let beats = Heartbeats::start(&server).await;
-    let baseline = beats.baseline(Duration::from_secs(2)).await;
-    let pid = server.proc.pid();
-    let before = rss_kib(pid);
-    let rss = RssPeak::start(pid);
-    let from = Instant::now();
+    let watch = Watch::start(&server, Duration::from_secs(2)).await;
+    let started = Instant::now();
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(300))
         .build()
@@ -493,35 +485,23 @@ async fn twenty_concurrent_gzip_bombs_move_neither_memory_nor_heartbeats() {
             assert_eq!(r.await.unwrap().unwrap(), 400);
         }
     }
-    let attack = from.elapsed();
-    tokio::time::sleep(HEARTBEAT_EVERY * 4).await;
-    let during = beats.between(from, Instant::now());
-    let peak = rss.finish();
-    beats.stop().await;
-    report(
-        &format!(
+    let (before, peak) = watch
+        .finish(&format!(
             "{} gzip bombs ({} KB inflating to {} KB), 20 at a time, in {} ms",
             20 * rounds,
             bomb.len() / 1024,
             json.len() / 1024,
-            attack.as_millis()
-        ),
-        baseline,
-        during,
-        (before, peak),
-    );
+            started.elapsed().as_millis()
+        ))
+        .await;
     let grew_mib = peak.saturating_sub(before) / 1024;
     assert!(grew_mib < 40, "RSS grew by {grew_mib} MiB");
-    assert_heartbeats_held("gzip bombs", baseline, during);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_repeated_query_key_takes_its_first_value_as_java_does() {
     let server = Server::start(Ipv4Addr::new(127, 0, 0, 84), &[]).await;
-    let beats = Heartbeats::start(&server).await;
-    let baseline = beats.baseline(Duration::from_secs(1)).await;
-    let before = rss_kib(server.proc.pid());
-    let from = Instant::now();
+    let watch = Watch::start(&server, Duration::from_secs(1)).await;
     register(&server, "REPEAT", "repeat-1", json!({"a": "0"})).await;
     let r = http()
         .put(format!(
@@ -534,16 +514,7 @@ async fn a_repeated_query_key_takes_its_first_value_as_java_does() {
     assert_eq!(r.status(), 200);
     let m = instance_json(&server, "REPEAT", "repeat-1").await["instance"]["metadata"].clone();
     assert_eq!(m, json!({"a": "1", "b": "x"}));
-    tokio::time::sleep(HEARTBEAT_EVERY * 4).await;
-    let during = beats.between(from, Instant::now());
-    beats.stop().await;
-    report(
-        "a repeated query key",
-        baseline,
-        during,
-        (before, rss_kib(server.proc.pid())),
-    );
-    assert_heartbeats_held("repeated query key", baseline, during);
+    watch.finish("a repeated query key").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -559,12 +530,7 @@ async fn a_registration_flood_stops_at_the_caps_with_a_clear_answer_and_a_metric
         ],
     )
     .await;
-    let beats = Heartbeats::start(&server).await;
-    let baseline = beats.baseline(Duration::from_secs(1)).await;
-    let pid = server.proc.pid();
-    let before = rss_kib(pid);
-    let rss = RssPeak::start(pid);
-    let from = Instant::now();
+    let watch = Watch::start(&server, Duration::from_secs(1)).await;
     let client = http();
     let mut refused = Vec::new();
     // 50 into one application (20 fit), then 500 over 25 applications: with the probe's, 10
@@ -638,15 +604,7 @@ async fn a_registration_flood_stops_at_the_caps_with_a_clear_answer_and_a_metric
         let sample = format!("eureka_limit_refusals_total{{limit=\"{limit}\"}}");
         assert_eq!(server.metric(&sample).await, Some(1.0), "{sample}");
     }
-    tokio::time::sleep(HEARTBEAT_EVERY * 4).await;
-    let during = beats.between(from, Instant::now());
-    let peak = rss.finish();
-    beats.stop().await;
-    report(
-        &format!("a flood of 550 registrations ({} refused)", refused.len()),
-        baseline,
-        during,
-        (before, peak),
-    );
-    assert_heartbeats_held("registration flood", baseline, during);
+    watch
+        .finish(&format!("a flood of 550 registrations ({} refused)", refused.len()))
+        .await;
 }
