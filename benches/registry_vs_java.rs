@@ -208,6 +208,7 @@ struct Load {
 fn client() -> reqwest::Client {
     // `no_gzip`: we ask for gzip ourselves and keep the compressed bytes (what goes over the wire);
     // decompressing every payload would only add generator CPU.
+    eureka_operator::tls::install_default_provider();
     reqwest::Client::builder()
         .no_gzip()
         .pool_max_idle_per_host(512)

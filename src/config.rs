@@ -6,9 +6,29 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{Args as ClapArgs, Parser, ValueEnum};
 
+pub mod limits;
+pub mod serving;
+
 use crate::registry::{RegistryConfig, lease::ExpiryMode, preservation::PreservationConfig};
 
-pub mod limits;
+/// A fraction in (0, 1].
+fn fraction(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
+    if v > 0.0 && v <= 1.0 {
+        Ok(v)
+    } else {
+        Err(format!("{v} is not in (0, 1]"))
+    }
+}
+
+/// A positive number of milliseconds or items (zero would spin or block forever).
+fn positive(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(v) => Ok(v),
+        Err(_) => Err(format!("{s:?} is not a whole number")),
+    }
+}
 
 #[derive(Clone, Debug, Parser)]
 #[command(
@@ -36,6 +56,14 @@ pub struct Args {
     /// Largest accepted request body, after decompression.
     #[arg(long, env = "EUREKA_MAX_REQUEST_BODY_BYTES", default_value_t = 4 * 1024 * 1024)]
     pub max_request_body_bytes: usize,
+
+    /// How long tasks get to drain on SIGTERM (in-flight requests, replication queues, the Lease)
+    /// before they are aborted; keep it below the pod's terminationGracePeriodSeconds.
+    #[arg(long, env = "EUREKA_SHUTDOWN_GRACE_MS", default_value_t = 20_000, value_parser = positive)]
+    pub shutdown_grace_ms: u64,
+
+    #[command(flatten)]
+    pub serving: serving::ServingArgs,
 
     #[command(flatten)]
     pub server: ServerArgs,
@@ -67,7 +95,7 @@ pub struct ServerArgs {
     pub enable_self_preservation: bool,
 
     /// Fraction of expected renewals below which self-preservation starts; also caps evictions per run.
-    #[arg(long, env = "EUREKA_SERVER_RENEWAL_PERCENT_THRESHOLD", default_value_t = 0.85)]
+    #[arg(long, env = "EUREKA_SERVER_RENEWAL_PERCENT_THRESHOLD", default_value_t = 0.85, value_parser = fraction)]
     pub renewal_percent_threshold: f64,
 
     /// How often clients are expected to renew.
@@ -91,7 +119,7 @@ pub struct ServerArgs {
     pub default_open_for_traffic_count: i64,
 
     /// How often the leader evicts expired leases.
-    #[arg(long, env = "EUREKA_SERVER_EVICTION_INTERVAL_TIMER_IN_MS", default_value_t = 60_000)]
+    #[arg(long, env = "EUREKA_SERVER_EVICTION_INTERVAL_TIMER_IN_MS", default_value_t = 60_000, value_parser = positive)]
     pub eviction_interval_timer_in_ms: u64,
 
     /// How often the leader recomputes the renewal threshold from the registry's size.
@@ -99,7 +127,7 @@ pub struct ServerArgs {
         long,
         env = "EUREKA_SERVER_RENEWAL_THRESHOLD_UPDATE_INTERVAL_MS",
         default_value_t = 900_000
-    )]
+    , value_parser = positive)]
     pub renewal_threshold_update_interval_ms: u64,
 
     /// After an empty start, fetches are refused this long; also the grace before the EMERGENCY banner.
@@ -123,7 +151,7 @@ pub struct ServerArgs {
         long,
         env = "EUREKA_SERVER_DELTA_RETENTION_TIMER_INTERVAL_IN_MS",
         default_value_t = 30_000
-    )]
+    , value_parser = positive)]
     pub delta_retention_timer_interval_in_ms: u64,
 
     /// Answer `GET apps/delta` with 403 (clients then always fetch the full registry).
@@ -143,11 +171,11 @@ pub struct ServerArgs {
     pub renews_window_ms: i64,
 
     /// Start-up sync from peers: attempts while nothing was found.
-    #[arg(long, env = "EUREKA_SERVER_REGISTRY_SYNC_RETRIES", default_value_t = 5)]
+    #[arg(long, env = "EUREKA_SERVER_REGISTRY_SYNC_RETRIES", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
     pub registry_sync_retries: u32,
 
     /// Wait between start-up sync attempts.
-    #[arg(long, env = "EUREKA_SERVER_REGISTRY_SYNC_RETRY_WAIT_MS", default_value_t = 5_000)]
+    #[arg(long, env = "EUREKA_SERVER_REGISTRY_SYNC_RETRY_WAIT_MS", default_value_t = 5_000, value_parser = positive)]
     pub registry_sync_retry_wait_ms: u64,
 }
 
@@ -171,6 +199,20 @@ pub struct AuthArgs {
     /// A file holding `username:password` (e.g. a mounted Secret); read at start.
     #[arg(long, env = "EUREKA_BASIC_AUTH_FILE")]
     pub basic_auth_file: Option<PathBuf>,
+
+    /// With basic auth on, the user other replicas and Java peers authenticate as. Only requests
+    /// with these credentials may replicate (batches, `x-netflix-discovery-replication`); our
+    /// replicas send them. Defaults to the basic-auth user, so any client can then replicate.
+    #[arg(long, env = "EUREKA_PEER_AUTH_USERNAME")]
+    pub peer_auth_username: Option<String>,
+
+    /// The peer password (never logged).
+    #[arg(long, env = "EUREKA_PEER_AUTH_PASSWORD", hide_env_values = true)]
+    pub peer_auth_password: Option<String>,
+
+    /// A file holding the peer `username:password` (e.g. a mounted Secret); read at start.
+    #[arg(long, env = "EUREKA_PEER_AUTH_FILE")]
+    pub peer_auth_file: Option<PathBuf>,
 }
 
 /// Peer replication: other replicas of this operator and Java Eureka servers.
@@ -197,23 +239,24 @@ pub struct PeerArgs {
     pub replica_id: Option<String>,
 
     /// Connect timeout toward peers.
-    #[arg(long, env = "EUREKA_SERVER_PEER_NODE_CONNECT_TIMEOUT_MS", default_value_t = 1_000)]
+    #[arg(long, env = "EUREKA_SERVER_PEER_NODE_CONNECT_TIMEOUT_MS", default_value_t = 1_000, value_parser = positive)]
     pub peer_node_connect_timeout_ms: u64,
 
     /// Read timeout toward peers (a timeout counts as congestion and is retried).
-    #[arg(long, env = "EUREKA_SERVER_PEER_NODE_READ_TIMEOUT_MS", default_value_t = 5_000)]
+    #[arg(long, env = "EUREKA_SERVER_PEER_NODE_READ_TIMEOUT_MS", default_value_t = 5_000, value_parser = positive)]
     pub peer_node_read_timeout_ms: u64,
 
     /// Pending replication tasks per peer before the oldest are dropped.
     #[arg(
         long,
         env = "EUREKA_SERVER_MAX_ELEMENTS_IN_PEER_REPLICATION_POOL",
-        default_value_t = 10_000
+        default_value_t = 10_000,
+        value_parser = clap::value_parser!(u32).range(1..)
     )]
-    pub max_elements_in_peer_replication_pool: usize,
+    pub max_elements_in_peer_replication_pool: u32,
 
     /// Replication tasks older than this are dropped instead of sent.
-    #[arg(long, env = "EUREKA_SERVER_MAX_TIME_FOR_REPLICATION", default_value_t = 30_000)]
+    #[arg(long, env = "EUREKA_SERVER_MAX_TIME_FOR_REPLICATION", default_value_t = 30_000, value_parser = positive)]
     pub max_time_for_replication: u64,
 
     /// Longest a task waits for more to batch with.
@@ -221,11 +264,15 @@ pub struct PeerArgs {
     pub replication_max_batching_delay_ms: u64,
 
     /// How often the leader renews pod instances on Java peers.
-    #[arg(long, env = "EUREKA_JAVA_PEER_HEARTBEAT_INTERVAL_MS", default_value_t = 30_000)]
+    #[arg(long, env = "EUREKA_JAVA_PEER_HEARTBEAT_INTERVAL_MS", default_value_t = 30_000, value_parser = positive)]
     pub java_peer_heartbeat_interval_ms: u64,
 
+    /// On SIGTERM, how long to keep sending what is queued for peers before giving up.
+    #[arg(long, env = "EUREKA_REPLICATION_FLUSH_TIMEOUT_MS", default_value_t = 5_000)]
+    pub replication_flush_timeout_ms: u64,
+
     /// How often the leader compares registries with peers to repair what partitions lost.
-    #[arg(long, env = "EUREKA_ANTI_ENTROPY_INTERVAL_MS", default_value_t = 60_000)]
+    #[arg(long, env = "EUREKA_ANTI_ENTROPY_INTERVAL_MS", default_value_t = 60_000, value_parser = positive)]
     pub anti_entropy_interval_ms: u64,
 }
 
@@ -245,16 +292,34 @@ pub struct KubernetesArgs {
     pub lease_name: String,
 
     /// Lease duration; a new leader takes over at most this long after the old one stops renewing.
-    #[arg(long, env = "EUREKA_LEASE_DURATION_SECONDS", default_value_t = 15)]
+    #[arg(long, env = "EUREKA_LEASE_DURATION_SECONDS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(3..=3600))]
     pub lease_duration_seconds: u64,
 
     /// Namespaces to watch (comma-separated); all when empty.
     #[arg(long, env = "EUREKA_WATCH_NAMESPACES", value_delimiter = ',')]
     pub watch_namespaces: Vec<String>,
 
-    /// Identifies this cluster in instance metadata (`k8s.cluster`) and ownership checks.
-    #[arg(long, env = "EUREKA_CLUSTER_ID", default_value = "default")]
-    pub cluster_id: String,
+    /// Identifies this cluster in instance metadata (`k8s.cluster`) and ownership checks; defaults
+    /// to the UID of the `kube-system` namespace, unique per cluster.
+    #[arg(long, env = "EUREKA_CLUSTER_ID")]
+    pub cluster_id: Option<String>,
+
+    /// The cluster's DNS domain, for `hostName: PodFQDN`.
+    #[arg(long, env = "EUREKA_CLUSTER_DOMAIN", default_value = "cluster.local")]
+    pub cluster_domain: String,
+
+    /// Longest wait between retries of a failed Kubernetes write (status, finalizer, annotation).
+    #[arg(long, env = "EUREKA_KUBERNETES_WRITE_MAX_BACKOFF_MS", default_value_t = 60_000, value_parser = positive)]
+    pub kubernetes_write_max_backoff_ms: u64,
+
+    /// Longest wait between retries of a failing watch (exponential from 250 ms, with jitter).
+    #[arg(long, env = "EUREKA_WATCH_MAX_BACKOFF_MS", default_value_t = 5_000, value_parser = positive)]
+    pub watch_max_backoff_ms: u64,
+
+    /// How often pod instances whose EurekaApp is gone are looked for (they are also removed when
+    /// a re-list shows the EurekaApp gone).
+    #[arg(long, env = "EUREKA_POD_INSTANCE_SWEEP_INTERVAL_MS", default_value_t = 30_000, value_parser = positive)]
+    pub pod_instance_sweep_interval_ms: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -287,8 +352,99 @@ impl ServerArgs {
         }
     }
 
-    pub fn eviction_interval(&self) -> Duration {
-        Duration::from_millis(self.eviction_interval_timer_in_ms.max(1))
+    /// The timer periods of the registry's background work.
+    pub fn intervals(&self) -> crate::timers::Intervals {
+        crate::timers::Intervals {
+            eviction: Duration::from_millis(self.eviction_interval_timer_in_ms),
+            renewal_threshold_update: Duration::from_millis(self.renewal_threshold_update_interval_ms),
+            delta_retention: Duration::from_millis(self.delta_retention_timer_interval_in_ms),
+        }
+    }
+
+    /// How hard the start-up sync tries.
+    pub fn sync_retries(&self) -> crate::replication::sync::Retries {
+        crate::replication::sync::Retries {
+            attempts: self.registry_sync_retries,
+            wait: Duration::from_millis(self.registry_sync_retry_wait_ms),
+        }
+    }
+}
+
+impl AuthArgs {
+    /// The client and peer credentials; `None` when auth is off.
+    pub fn access(&self) -> Result<Option<crate::api::auth::Access>, crate::api::auth::Error> {
+        crate::api::auth::configure(
+            (
+                self.basic_auth_username.as_deref(),
+                self.basic_auth_password.as_deref(),
+                self.basic_auth_file.as_deref(),
+            ),
+            (
+                self.peer_auth_username.as_deref(),
+                self.peer_auth_password.as_deref(),
+                self.peer_auth_file.as_deref(),
+            ),
+        )
+    }
+}
+
+impl PeerArgs {
+    /// Replication settings for the replica named `replica_id`; our replicas authenticate with the
+    /// peer credentials.
+    pub fn replication_settings(
+        &self,
+        replica_id: &str,
+        access: Option<&crate::api::auth::Access>,
+    ) -> crate::replication::Settings {
+        crate::replication::Settings {
+            limits: crate::replication::batcher::Limits {
+                capacity: self.max_elements_in_peer_replication_pool as usize,
+                max_age: Duration::from_millis(self.max_time_for_replication),
+                max_delay: Duration::from_millis(self.replication_max_batching_delay_ms),
+            },
+            connect_timeout: Duration::from_millis(self.peer_node_connect_timeout_ms),
+            read_timeout: Duration::from_millis(self.peer_node_read_timeout_ms),
+            replica_id: replica_id.to_string(),
+            credentials: access.map(|a| a.peer.pair()),
+            java_heartbeat_interval: Duration::from_millis(self.java_peer_heartbeat_interval_ms),
+            anti_entropy_interval: Duration::from_millis(self.anti_entropy_interval_ms),
+            flush_timeout: Duration::from_millis(self.replication_flush_timeout_ms),
+            tls: None,
+        }
+    }
+}
+
+impl KubernetesArgs {
+    /// The cluster subsystem's settings, for an operator running in `namespace`.
+    pub fn cluster_settings(
+        &self,
+        namespace: &str,
+        peers: &PeerArgs,
+        me: &crate::runtime::Identity,
+    ) -> crate::k8s::Settings {
+        let peer_service = peers.peer_service.as_ref().map(|s| match s.split_once('/') {
+            Some((ns, name)) => (ns.to_string(), name.to_string()),
+            None => (namespace.to_string(), s.clone()),
+        });
+        crate::k8s::Settings {
+            cluster_id: self.cluster_id.clone(),
+            cluster_domain: self.cluster_domain.clone(),
+            namespaces: self.watch_namespaces.clone(),
+            lease: crate::k8s::lease::LeaseConfig {
+                namespace: namespace.to_string(),
+                name: self.lease_name.clone(),
+                identity: me.replica.clone(),
+                duration: Duration::from_secs(self.lease_duration_seconds),
+            },
+            peer_service,
+            me: crate::k8s::peers::OwnPod {
+                pod_name: Some(me.replica.clone()),
+                pod_ip: me.pod_ip.clone(),
+            },
+            max_backoff: Duration::from_millis(self.kubernetes_write_max_backoff_ms),
+            watch_max_backoff: Duration::from_millis(self.watch_max_backoff_ms),
+            sweep_interval: Duration::from_millis(self.pod_instance_sweep_interval_ms),
+        }
     }
 }
 

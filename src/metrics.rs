@@ -71,7 +71,7 @@ impl Metrics {
     }
 
     /// Lets a subsystem register its metrics.
-    pub fn with_registry<R>(&self, f: impl FnOnce(&mut Registry) -> R) -> R {
+    pub fn with_prometheus<R>(&self, f: impl FnOnce(&mut Registry) -> R) -> R {
         f(&mut self.registry.lock())
     }
 

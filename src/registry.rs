@@ -29,7 +29,7 @@ use instance::{ActionType, InstanceInfo, Metadata, Status};
 use lease::{ExpiryMode, Lease};
 use limits::{LimitExceeded, Limits};
 use preservation::{Preservation, PreservationConfig};
-use view::{AppView, AppsView, InstanceView, LeaseView, OriginKind, StatusCounts};
+use view::{AppView, AppsView, InstanceView, LeaseView, Origin, StatusCounts};
 
 /// Registry behaviour, named after Spring's `eureka.server.*` properties.
 #[derive(Clone, Debug, PartialEq)]
@@ -68,20 +68,49 @@ impl Default for RegistryConfig {
     }
 }
 
-/// Who asked for a write.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Source {
-    /// A Eureka client (or an admin with curl).
+/// Who wrote a change: the one vocabulary the registry, the replicator and the controller share.
+/// The registry's rules only ask whether a write is replication ([`Writer::is_replication`]);
+/// where a change goes next is the replicator's decision from the writer and the instance's
+/// [`Origin`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Writer {
+    /// A Eureka client (or an admin with curl) over HTTP.
     Client,
-    /// A peer server replicating (`x-netflix-discovery-replication: true` or the batch endpoint).
-    Peer,
+    /// A peer server replicating (the batch endpoint or `x-netflix-discovery-replication: true`).
+    Peer(PeerKind),
+    /// The Kubernetes controller, for pod instances.
+    Controller,
     /// This registry's own eviction of an expired lease.
     Expiry,
 }
 
-impl Source {
+/// What kind of server a peer is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PeerKind {
+    /// Another replica of this operator.
+    Replica,
+    /// A Java Eureka server (or any Eureka server that is not one of our replicas).
+    Java,
+}
+
+impl PeerKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PeerKind::Replica => "replica",
+            PeerKind::Java => "java",
+        }
+    }
+}
+
+impl Writer {
+    /// One of this operator's replicas.
+    pub const REPLICA: Writer = Writer::Peer(PeerKind::Replica);
+    /// A Java Eureka peer.
+    pub const JAVA: Writer = Writer::Peer(PeerKind::Java);
+
+    /// Whether the write arrived by replication (Java's `isReplication`).
     pub fn is_replication(self) -> bool {
-        self == Source::Peer
+        matches!(self, Writer::Peer(_))
     }
 }
 
@@ -104,26 +133,26 @@ impl std::fmt::Display for PodOwner {
 pub enum Command {
     Register {
         info: InstanceInfo,
-        source: Source,
+        writer: Writer,
     },
     Renew {
         app: String,
         id: String,
-        source: Source,
+        writer: Writer,
         overridden_status: Option<Status>,
         last_dirty_timestamp: Option<i64>,
     },
     Cancel {
         app: String,
         id: String,
-        source: Source,
+        writer: Writer,
     },
     SetStatus {
         app: String,
         id: String,
         status: Status,
         last_dirty_timestamp: Option<i64>,
-        source: Source,
+        writer: Writer,
     },
     DeleteStatusOverride {
         app: String,
@@ -131,7 +160,7 @@ pub enum Command {
         /// The status the instance gets (`value`, default `UNKNOWN`).
         status: Status,
         last_dirty_timestamp: Option<i64>,
-        source: Source,
+        writer: Writer,
     },
     UpdateMetadata {
         app: String,
@@ -149,6 +178,13 @@ pub enum Command {
         entries: Metadata,
         base: Arc<InstanceInfo>,
         merged: Box<InstanceInfo>,
+    },
+    /// The leader's eviction of an expired lease, replicated to a replica that does not evict on
+    /// its own: applied only if the lease has expired here too, so an instance that renews on
+    /// this replica (a partition kept its renewals from the leader) is never removed.
+    Evict {
+        app: String,
+        id: String,
     },
     /// Creates or updates the instance of a pod. `info.status` is what the pod's state maps to.
     UpsertPod {
@@ -218,7 +254,7 @@ impl Action {
 }
 
 /// One change to tell peers about, in the shape of a `ReplicationInstance`. Every write emits its
-/// records, whatever its source.
+/// records, whatever its writer.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Replication {
     pub action: Action,
@@ -229,10 +265,10 @@ pub struct Replication {
     pub overridden_status: Option<Status>,
     pub instance: Option<InstanceView>,
     /// Pod instances are derived by every replica from its own watch; only Java peers need them.
-    pub origin: OriginKind,
+    pub origin: Origin,
     /// Who asked for the write: Java never replicates what a peer replicated to it; where a
     /// record goes is the replicator's decision.
-    pub source: Source,
+    pub writer: Writer,
 }
 
 /// The status overrides Kubernetes holds for a pod: the pod's annotation, where REST overrides are
@@ -330,7 +366,7 @@ pub struct Stats {
     pub instances: u64,
     /// Native and replicated leases that have expired but are still registered.
     pub expired: u64,
-    pub by_origin: [(OriginKind, u64); 3],
+    pub by_origin: [(Origin, u64); 3],
     pub by_status: StatusCounts,
     pub applications: usize,
     pub version: u64,
@@ -349,8 +385,9 @@ pub struct Totals {
     pub eviction_runs_held: u64,
 }
 
+/// How the registry holds an instance: what its [`Origin`] is, plus what a pod instance needs.
 #[derive(Clone, Debug)]
-enum Origin {
+enum Holding {
     Native,
     Replicated,
     Pod {
@@ -364,17 +401,17 @@ enum Origin {
     },
 }
 
-impl Origin {
-    fn kind(&self) -> OriginKind {
+impl Holding {
+    fn kind(&self) -> Origin {
         match self {
-            Origin::Native => OriginKind::Native,
-            Origin::Replicated => OriginKind::Replicated,
-            Origin::Pod { .. } => OriginKind::Pod,
+            Holding::Native => Origin::Native,
+            Holding::Replicated => Origin::Replicated,
+            Holding::Pod { .. } => Origin::Pod,
         }
     }
 
     fn is_pod(&self) -> bool {
-        matches!(self, Origin::Pod { .. })
+        matches!(self, Holding::Pod { .. })
     }
 }
 
@@ -382,7 +419,7 @@ impl Origin {
 struct Entry {
     info: Arc<InstanceInfo>,
     lease: Lease,
-    origin: Origin,
+    holding: Holding,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -410,7 +447,7 @@ pub struct Registry {
     recent_registered: VecDeque<(i64, String)>,
     recent_cancelled: VecDeque<(i64, String)>,
     counts: StatusCounts,
-    by_origin: HashMap<OriginKind, u64>,
+    by_origin: HashMap<Origin, u64>,
     version: u64,
     /// The registry version of each application's last change (for per-application caches).
     app_versions: HashMap<String, u64>,
@@ -470,29 +507,29 @@ impl Registry {
     /// Applies one write.
     pub fn apply(&mut self, command: Command, now: i64) -> Outcome {
         match command {
-            Command::Register { info, source } => self.register(info, source, now),
+            Command::Register { info, writer } => self.register(info, writer, now),
             Command::Renew {
                 app,
                 id,
-                source,
+                writer,
                 overridden_status,
                 last_dirty_timestamp,
-            } => self.renew(&app, &id, source, overridden_status, last_dirty_timestamp, now),
-            Command::Cancel { app, id, source } => self.cancel(&app, &id, source, now),
+            } => self.renew(&app, &id, writer, overridden_status, last_dirty_timestamp, now),
+            Command::Cancel { app, id, writer } => self.cancel(&app, &id, writer, now),
             Command::SetStatus {
                 app,
                 id,
                 status,
                 last_dirty_timestamp,
-                source,
-            } => self.set_status(&app, &id, status, last_dirty_timestamp, source, now),
+                writer,
+            } => self.set_status(&app, &id, status, last_dirty_timestamp, writer, now),
             Command::DeleteStatusOverride {
                 app,
                 id,
                 status,
                 last_dirty_timestamp,
-                source,
-            } => self.delete_status_override(&app, &id, status, last_dirty_timestamp, source, now),
+                writer,
+            } => self.delete_status_override(&app, &id, status, last_dirty_timestamp, writer, now),
             Command::UpdateMetadata { app, id, entries } => self.update_metadata(&app, &id, entries, None, now),
             Command::MergeMetadata {
                 app,
@@ -501,6 +538,7 @@ impl Registry {
                 base,
                 merged,
             } => self.update_metadata(&app, &id, entries, Some((base, merged)), now),
+            Command::Evict { app, id } => self.evict_replicated(&app, &id, now),
             Command::UpsertPod { info, owner, overrides } => self.upsert_pod(info, owner, overrides, now),
             Command::RemovePod { app, id, owner } => self.remove_pod(&app, &id, &owner, now),
         }
@@ -508,13 +546,13 @@ impl Registry {
 
     // === writes ===
 
-    fn register(&mut self, incoming: InstanceInfo, source: Source, now: i64) -> Outcome {
+    fn register(&mut self, incoming: InstanceInfo, writer: Writer, now: i64) -> Outcome {
         let app = incoming.app.clone();
         let id = incoming.id().to_string();
-        let replication = source.is_replication();
+        let replication = writer.is_replication();
         let existing = self.apps.get(&app).and_then(|a| a.get(&id)).cloned();
         if let Some(Entry {
-            origin: Origin::Pod { owner, .. },
+            holding: Holding::Pod { owner, .. },
             ..
         }) = &existing
         {
@@ -570,16 +608,16 @@ impl Registry {
         }
         registrant.action_type = Some(ActionType::Added);
         registrant.last_updated_timestamp = now;
-        let origin = if replication {
-            Origin::Replicated
+        let holding = if replication {
+            Holding::Replicated
         } else {
-            Origin::Native
+            Holding::Native
         };
         self.put(
             Entry {
                 info: Arc::new(registrant),
                 lease,
-                origin,
+                holding,
             },
             now,
         );
@@ -603,7 +641,7 @@ impl Registry {
                 overridden_status: None,
                 instance: Some(instance),
                 origin: stored.origin,
-                source,
+                writer,
             });
         }
         outcome
@@ -648,16 +686,16 @@ impl Registry {
         &mut self,
         app: &str,
         id: &str,
-        source: Source,
+        writer: Writer,
         overridden_param: Option<Status>,
         dirty_param: Option<i64>,
         now: i64,
     ) -> Outcome {
-        let replication = source.is_replication();
+        let replication = writer.is_replication();
         let Some(entry) = self.apps.get(app).and_then(|a| a.get(id)) else {
             return Outcome::reply(Reply::NotFound);
         };
-        if entry.origin.is_pod() {
+        if entry.holding.is_pod() {
             // Kept alive by the controller; a client heartbeat is acknowledged and ignored.
             return Outcome::reply(Reply::Ok);
         }
@@ -687,8 +725,8 @@ impl Registry {
                 status: Some(entry.info.status),
                 overridden_status: self.overrides.get(id).map(|o| o.status),
                 instance: None,
-                origin: entry.origin.kind(),
-                source,
+                origin: entry.holding.kind(),
+                writer,
             });
         }
         if let Some(incoming) = dirty_param.filter(|_| self.config.sync_when_timestamp_differs) {
@@ -713,9 +751,9 @@ impl Registry {
         outcome
     }
 
-    fn cancel(&mut self, app: &str, id: &str, source: Source, now: i64) -> Outcome {
+    fn cancel(&mut self, app: &str, id: &str, writer: Writer, now: i64) -> Outcome {
         if let Some(Entry {
-            origin: Origin::Pod { owner, .. },
+            holding: Holding::Pod { owner, .. },
             ..
         }) = self.apps.get(app).and_then(|a| a.get(id))
         {
@@ -741,7 +779,7 @@ impl Registry {
                 overridden_status: None,
                 instance: None,
                 origin: removed.origin,
-                source,
+                writer,
             });
         }
         outcome
@@ -754,7 +792,7 @@ impl Registry {
         let Some(entry) = self.apps.get(app).and_then(|a| a.get(id)) else {
             return false;
         };
-        if entry.origin.is_pod() || !entry.lease.is_expired(now, 0, mode) {
+        if entry.holding.is_pod() || !entry.lease.is_expired(now, 0, mode) {
             return true;
         }
         !self.preservation.lease_expiration_enabled(now)
@@ -766,7 +804,7 @@ impl Registry {
         id: &str,
         status: Status,
         dirty: Option<i64>,
-        source: Source,
+        writer: Writer,
         now: i64,
     ) -> Outcome {
         if !self.visible(app, id, now) {
@@ -775,8 +813,8 @@ impl Registry {
         self.totals.status_updates += 1;
         let entry = self.apps.get_mut(app).and_then(|a| a.get_mut(id)).expect("visible");
         entry.lease.renew(now);
-        let pod_override = match &mut entry.origin {
-            Origin::Pod { owner, rest, .. } => {
+        let pod_override = match &mut entry.holding {
+            Holding::Pod { owner, rest, .. } => {
                 *rest = Some(RestOverride::Set(status));
                 Some(PodOverride {
                     owner: owner.clone(),
@@ -813,8 +851,8 @@ impl Registry {
                 status: Some(status),
                 overridden_status: None,
                 instance: None,
-                origin: entry.origin.kind(),
-                source,
+                origin: entry.holding.kind(),
+                writer,
             });
         }
         outcome
@@ -826,7 +864,7 @@ impl Registry {
         id: &str,
         status: Status,
         dirty: Option<i64>,
-        source: Source,
+        writer: Writer,
         now: i64,
     ) -> Outcome {
         if !self.visible(app, id, now) {
@@ -834,8 +872,8 @@ impl Registry {
         }
         let entry = self.apps.get_mut(app).and_then(|a| a.get_mut(id)).expect("visible");
         entry.lease.renew(now);
-        let pod_override = match &mut entry.origin {
-            Origin::Pod { owner, rest, .. } => {
+        let pod_override = match &mut entry.holding {
+            Holding::Pod { owner, rest, .. } => {
                 *rest = Some(RestOverride::Deleted);
                 Some(PodOverride {
                     owner: owner.clone(),
@@ -867,8 +905,8 @@ impl Registry {
                 status: Some(entry.info.status),
                 overridden_status: None,
                 instance: None,
-                origin: entry.origin.kind(),
-                source,
+                origin: entry.holding.kind(),
+                writer,
             });
         }
         outcome
@@ -885,7 +923,7 @@ impl Registry {
         let Some(entry) = self.apps.get(app).and_then(|a| a.get(id)) else {
             return Outcome::reply(Reply::NotFound);
         };
-        if let Origin::Pod { owner, .. } = &entry.origin {
+        if let Holding::Pod { owner, .. } = &entry.holding {
             return Outcome::reply(Reply::Refused(format!(
                 "instance {id} of {app} is managed by {owner}; set its metadata in the EurekaApp"
             )));
@@ -902,7 +940,7 @@ impl Registry {
                 info
             }
         };
-        let mut outcome = self.register(info, Source::Client, now);
+        let mut outcome = self.register(info, Writer::Client, now);
         if outcome.reply == Reply::Registered {
             outcome.reply = Reply::Ok;
         }
@@ -916,12 +954,20 @@ impl Registry {
             .apps
             .get(&app)
             .and_then(|a| a.get(&id))
-            .map(|e| (e.origin.clone(), e.info.clone()));
+            .map(|e| (e.holding.clone(), e.info.clone()));
         let rest = match existing.as_ref().map(|(o, _)| o) {
-            Some(Origin::Pod {
-                owner: held_by, rest, ..
-            }) if *held_by == owner => rest.filter(|r| !r.persisted(overrides.annotation)),
-            Some(Origin::Pod { owner: held_by, .. }) => {
+            // A pending REST override lasts until the annotation changes: to record it, or to
+            // anything else (a `kubectl annotate` after the REST call wins; the annotation is the
+            // truth, and a new leader never writes an older REST value over it).
+            Some(Holding::Pod {
+                owner: held_by,
+                rest,
+                overrides: seen,
+                ..
+            }) if *held_by == owner => {
+                rest.filter(|r| !r.persisted(overrides.annotation) && seen.annotation == overrides.annotation)
+            }
+            Some(Holding::Pod { owner: held_by, .. }) => {
                 return Outcome::reply(Reply::Refused(format!("instance id {id} is already held by {held_by}")));
             }
             Some(_) => {
@@ -935,7 +981,7 @@ impl Registry {
         let effective_override = effective_override(overrides, rest);
         info.overridden_status = effective_override;
         info.status = pod_status(reported, effective_override);
-        let origin = Origin::Pod {
+        let origin = Holding::Pod {
             owner,
             reported,
             overrides,
@@ -947,7 +993,7 @@ impl Registry {
             candidate.last_dirty_timestamp = existing.last_dirty_timestamp;
             let entry = self.apps.get_mut(&app).and_then(|a| a.get_mut(&id)).expect("present");
             // The origin always takes the latest intent, even when the instance stays the same.
-            entry.origin = origin;
+            entry.holding = origin;
             if existing.same_description(&candidate) {
                 return Outcome::reply(Reply::Unchanged);
             }
@@ -988,7 +1034,7 @@ impl Registry {
             Entry {
                 info: Arc::new(info),
                 lease,
-                origin,
+                holding: origin,
             },
             now,
         );
@@ -1002,8 +1048,8 @@ impl Registry {
     }
 
     fn remove_pod(&mut self, app: &str, id: &str, owner: &PodOwner, now: i64) -> Outcome {
-        match self.apps.get(app).and_then(|a| a.get(id)).map(|e| &e.origin) {
-            Some(Origin::Pod { owner: held_by, .. }) if held_by == owner => {}
+        match self.apps.get(app).and_then(|a| a.get(id)).map(|e| &e.holding) {
+            Some(Holding::Pod { owner: held_by, .. }) if held_by == owner => {}
             Some(_) => return Outcome::reply(Reply::Refused(format!("instance {id} is not held by {owner}"))),
             None => return Outcome::reply(Reply::NotFound),
         }
@@ -1021,12 +1067,12 @@ impl Registry {
     /// Recomputes a pod instance's status after its REST override changed.
     fn refresh_pod_status(&mut self, app: &str, id: &str, dirty: Option<i64>, now: i64) {
         let entry = self.apps.get(app).and_then(|a| a.get(id)).expect("present");
-        let Origin::Pod {
+        let Holding::Pod {
             reported,
             overrides,
             rest,
             ..
-        } = &entry.origin
+        } = &entry.holding
         else {
             return;
         };
@@ -1041,11 +1087,49 @@ impl Registry {
         }
     }
 
+    fn evict_replicated(&mut self, app: &str, id: &str, now: i64) -> Outcome {
+        let mode = self.config.lease_expiry;
+        let Some(entry) = self.apps.get(app).and_then(|a| a.get(id)) else {
+            return Outcome::reply(Reply::NotFound);
+        };
+        if entry.holding.is_pod() {
+            return Outcome::reply(Reply::Refused(format!("instance {id} of {app} is a pod instance")));
+        }
+        if !entry.lease.is_expired(now, 0, mode) {
+            return Outcome::reply(Reply::Refused(format!(
+                "instance {id} of {app} renewed here within its lease; not evicted"
+            )));
+        }
+        self.overrides.remove(id);
+        let Some(removed) = self.remove(app, id, now) else {
+            return Outcome::reply(Reply::NotFound);
+        };
+        self.preservation.client_cancelled();
+        // Counted as a cancellation: `evictions` counts what this replica decided to evict.
+        self.totals.cancellations += 1;
+        Outcome {
+            reply: Reply::Ok,
+            replicate: vec![Replication {
+                action: Action::Cancel,
+                app: app.to_string(),
+                id: id.to_string(),
+                last_dirty_timestamp: None,
+                status: None,
+                overridden_status: None,
+                instance: None,
+                origin: removed.origin,
+                // Replicated: it goes no further.
+                writer: Writer::REPLICA,
+            }],
+            pod_override: None,
+        }
+    }
+
     // === background work ===
 
     /// One eviction run: removes (at most the eviction limit of) expired native and replicated
     /// leases, chosen with `seed`, unless self-preservation holds expiry back. Returns a `Cancel`
-    /// record per victim with source [`Source::Expiry`] (Java does not replicate evictions; a
+    /// record per victim written by [`Writer::Expiry`] (Java does not replicate evictions; a
     /// replicator may tell its own replicas, which do not evict themselves).
     pub fn evict(&mut self, now: i64, seed: u64) -> Vec<Replication> {
         let compensation =
@@ -1062,7 +1146,7 @@ impl Registry {
             .flat_map(|(app, entries)| {
                 entries
                     .iter()
-                    .filter(|(_, e)| !e.origin.is_pod() && e.lease.is_expired(now, compensation, mode))
+                    .filter(|(_, e)| !e.holding.is_pod() && e.lease.is_expired(now, compensation, mode))
                     .map(|(id, _)| Evicted {
                         app: app.clone(),
                         id: id.clone(),
@@ -1088,7 +1172,7 @@ impl Registry {
                     overridden_status: None,
                     instance: None,
                     origin: removed.origin,
-                    source: Source::Expiry,
+                    writer: Writer::Expiry,
                 });
             }
         }
@@ -1175,7 +1259,14 @@ impl Registry {
         let mut apps: Vec<AppView> = by_app
             .into_iter()
             .map(|(name, mut instances)| {
-                instances.sort_by(|a, b| a.id().cmp(b.id()));
+                // Removed instances last: Netflix's client (1.x and 2.x, `updateDelta`) adopts the
+                // delta's whole application object at its first ADDED or MODIFIED entry when the
+                // application is new to it, and skips DELETED entries seen before that, so a
+                // removed instance listed first would stay in its copy and break the hash code.
+                instances.sort_by(|a, b| {
+                    let removed = |i: &InstanceView| i.action_type() == Some(ActionType::Deleted);
+                    (removed(a), a.id()).cmp(&(removed(b), b.id()))
+                });
                 AppView {
                     name: name.to_string(),
                     instances,
@@ -1246,8 +1337,29 @@ impl Registry {
         self.apps
             .values()
             .flat_map(|entries| entries.values())
-            .filter_map(|e| match &e.origin {
-                Origin::Pod { owner, .. } => Some((owner.clone(), self.view(e))),
+            .filter_map(|e| match &e.holding {
+                Holding::Pod { owner, .. } => Some((owner.clone(), self.view(e))),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The REST overrides on pod instances that their pods' annotations do not show yet (for
+    /// the leader to record on the pods).
+    pub fn pending_pod_overrides(&self) -> Vec<PodOverride> {
+        self.apps
+            .values()
+            .flat_map(|entries| entries.values())
+            .filter_map(|e| match &e.holding {
+                Holding::Pod {
+                    owner, rest: Some(r), ..
+                } => Some(PodOverride {
+                    owner: owner.clone(),
+                    status: match r {
+                        RestOverride::Set(s) => Some(*s),
+                        RestOverride::Deleted => None,
+                    },
+                }),
                 _ => None,
             })
             .collect()
@@ -1268,8 +1380,8 @@ impl Registry {
         self.apps
             .values()
             .flat_map(|entries| entries.values())
-            .filter_map(|e| match &e.origin {
-                Origin::Pod { owner, .. } if owner.namespace == namespace && owner.eureka_app == eureka_app => {
+            .filter_map(|e| match &e.holding {
+                Holding::Pod { owner, .. } if owner.namespace == namespace && owner.eureka_app == eureka_app => {
                     Some((owner.clone(), self.view(e)))
                 }
                 _ => None,
@@ -1296,7 +1408,7 @@ impl Registry {
             startup_time: self.preservation.startup_time,
             instances: self.counts.total(),
             expired: self.expired_count(now),
-            by_origin: [OriginKind::Native, OriginKind::Replicated, OriginKind::Pod]
+            by_origin: [Origin::Native, Origin::Replicated, Origin::Pod]
                 .map(|k| (k, self.by_origin.get(&k).copied().unwrap_or(0))),
             by_status: self.counts,
             applications: self.apps.values().filter(|a| !a.is_empty()).count(),
@@ -1320,12 +1432,12 @@ impl Registry {
         self.apps
             .values()
             .flat_map(|a| a.values())
-            .filter(|e| !e.origin.is_pod() && e.lease.is_expired(now, 0, mode))
+            .filter(|e| !e.holding.is_pod() && e.lease.is_expired(now, 0, mode))
             .count() as u64
     }
 
     fn non_pod_instances(&self) -> u64 {
-        self.counts.total() - self.by_origin.get(&OriginKind::Pod).copied().unwrap_or(0)
+        self.counts.total() - self.by_origin.get(&Origin::Pod).copied().unwrap_or(0)
     }
 
     fn access_override(&mut self, id: &str, now: i64) -> Option<Status> {
@@ -1349,7 +1461,7 @@ impl Registry {
         InstanceView {
             info: e.info.clone(),
             lease: self.lease_view(e),
-            origin: e.origin.kind(),
+            origin: e.holding.kind(),
         }
     }
 
@@ -1386,12 +1498,12 @@ impl Registry {
         let app = entry.info.app.clone();
         let id = entry.info.id().to_string();
         self.counts.add(entry.info.status);
-        *self.by_origin.entry(entry.origin.kind()).or_default() += 1;
+        *self.by_origin.entry(entry.holding.kind()).or_default() += 1;
         self.text_bytes += entry.info.text_bytes();
         if let Some(old) = self.apps.entry(app.clone()).or_default().insert(id.clone(), entry) {
             self.text_bytes -= old.info.text_bytes();
             self.counts.remove(old.info.status);
-            if let Some(n) = self.by_origin.get_mut(&old.origin.kind()) {
+            if let Some(n) = self.by_origin.get_mut(&old.holding.kind()) {
                 *n = n.saturating_sub(1);
             }
         }
@@ -1425,7 +1537,7 @@ impl Registry {
         info.action_type = Some(ActionType::Deleted);
         info.last_updated_timestamp = now;
         self.counts.remove(entry.info.status);
-        if let Some(n) = self.by_origin.get_mut(&entry.origin.kind()) {
+        if let Some(n) = self.by_origin.get_mut(&entry.holding.kind()) {
             *n = n.saturating_sub(1);
         }
         self.recent_cancelled.push_back((now, format!("{app}({id})")));
@@ -1459,8 +1571,8 @@ fn pod_replication(action: Action, view: &InstanceView) -> Replication {
         status: Some(view.info.status),
         overridden_status: None,
         instance: (action == Action::Register).then(|| view.clone()),
-        origin: OriginKind::Pod,
-        source: Source::Client,
+        origin: Origin::Pod,
+        writer: Writer::Controller,
     }
 }
 

@@ -19,6 +19,8 @@
 
 pub mod batcher;
 pub mod client;
+pub mod peers;
+pub mod repair;
 pub mod sync;
 
 use std::{
@@ -27,6 +29,8 @@ use std::{
     time::Duration,
 };
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use parking_lot::Mutex;
 use prometheus_client::{
     encoding::EncodeLabelSet,
@@ -34,37 +38,116 @@ use prometheus_client::{
 };
 use tokio::{
     sync::{Notify, watch},
+    task::JoinSet,
     time::Instant,
 };
+use tracing::Instrument;
 
-use batcher::{Backoff, Batcher, Failure, Limits};
+use batcher::{Backoff, Batcher, Failure, Limits, Taken};
 use client::{PeerClient, PeerUrl};
+use sync::Retries;
 
 use crate::{
+    health::{Condition, Health},
+    k8s::peers::ReplicaEndpoint,
     registry::{
-        Action, Command, Replication, Source,
-        instance::{InstanceInfo, Status},
-        view::{InstanceView, OriginKind},
+        Action, Command, PeerKind, Replication, Writer,
+        instance::InstanceInfo,
+        view::{InstanceView, Origin},
     },
-    state::{AppState, OutcomeListener, Writer},
+    runtime::supervisor::{Expect, Shutdown, Supervisor},
+    state::{AppState, OutcomeListener},
 };
 
-/// What kind of server a peer is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum PeerKind {
-    /// Another replica of this operator.
-    Replica,
-    /// A Java (or any other) Eureka server.
-    Java,
+/// What the replication subsystem needs from the rest of the process.
+pub struct Wiring {
+    pub state: AppState,
+    pub leader: watch::Receiver<bool>,
+    pub health: Arc<Health>,
+    /// The peer list (from the peers subsystem).
+    pub peers: watch::Receiver<Vec<Peer>>,
+    /// Discovered replicas (`None` until the first list); the start-up sync waits for it.
+    pub discovered: watch::Receiver<Option<Vec<ReplicaEndpoint>>>,
+    /// This cluster's id (`None` until known; stays `None` without Kubernetes).
+    pub cluster_id: watch::Receiver<Option<String>>,
+    /// Whether a cluster is configured (then the sync waits for the cluster id).
+    pub in_cluster: bool,
+    /// Met when the start-up sync is done.
+    pub synced: Condition,
 }
 
-impl PeerKind {
-    fn as_str(self) -> &'static str {
-        match self {
-            PeerKind::Replica => "replica",
-            PeerKind::Java => "java",
+/// Starts replication: the replicator and its senders, the leader's jobs, and the start-up sync
+/// (which opens the registry for traffic).
+pub fn start(
+    settings: Settings,
+    retries: Retries,
+    wiring: Wiring,
+    metrics: Metrics,
+    supervisor: &mut Supervisor,
+) -> Arc<Replicator> {
+    let replicator = Replicator::new(
+        wiring.state.clone(),
+        wiring.leader,
+        settings,
+        metrics,
+        wiring.health.clone(),
+        wiring.cluster_id.clone(),
+    );
+    wiring.state.add_listener(replicator.clone());
+    supervisor.spawn(
+        "replication",
+        Expect::RunsForever,
+        replicator.clone().run(wiring.peers.clone(), supervisor.shutdown()),
+    );
+    supervisor.spawn(
+        "replication leader jobs",
+        Expect::RunsForever,
+        replicator
+            .clone()
+            .run_leader_jobs(wiring.health.clone(), supervisor.shutdown()),
+    );
+    let r = replicator.clone();
+    let shutdown = supervisor.shutdown();
+    supervisor.spawn("start-up sync", Expect::Finishes, async move {
+        tokio::select! {
+            _ = shutdown.wait() => Ok(()),
+            count = startup_sync(&r, retries, wiring.peers, wiring.discovered, wiring.cluster_id, wiring.in_cluster, &wiring.synced) => {
+                r.state.open_for_traffic(count);
+                wiring.synced.met();
+                tracing::info!(instances = count, "registry open for traffic");
+                Ok(())
+            }
         }
+    });
+    replicator
+}
+
+/// Waits for the replica list and the cluster id, then syncs from the ready peers.
+async fn startup_sync(
+    r: &Replicator,
+    retries: Retries,
+    peers: watch::Receiver<Vec<Peer>>,
+    mut discovered: watch::Receiver<Option<Vec<ReplicaEndpoint>>>,
+    mut cluster_id: watch::Receiver<Option<String>>,
+    in_cluster: bool,
+    synced: &Condition,
+) -> i64 {
+    synced.waiting("waiting for the replica list");
+    let listed = tokio::time::timeout(Duration::from_secs(30), async {
+        discovered.wait_for(Option::is_some).await.map(|_| ())
+    })
+    .await;
+    if listed.is_err() {
+        tracing::warn!("the replica list did not arrive in 30 s; syncing from the static peers only");
     }
+    if in_cluster {
+        synced.waiting("waiting for the cluster id");
+        let _ = cluster_id.wait_for(Option::is_some).await.map(|_| ());
+    }
+    let sources: Vec<Peer> = peers.borrow().iter().filter(|p| p.ready).cloned().collect();
+    synced.waiting(format!("syncing from {} peers", sources.len()));
+    let id = cluster_id.borrow().clone();
+    sync::sync(&r.state, &r.client, &sources, id.as_deref(), retries).await
 }
 
 /// Where one record goes.
@@ -74,50 +157,57 @@ pub struct Targets {
     pub java: bool,
 }
 
-/// Pure: the peers a record is for, given who wrote it and whether we lead.
-pub fn route(record: &Replication, writer: &Writer, leader: bool) -> Targets {
-    let pod = record.origin == OriginKind::Pod;
-    match (record.source, writer) {
-        (Source::Expiry, _) => Targets {
-            replicas: true,
-            java: false,
-        },
-        (Source::Peer, Writer::ForeignPeer) => Targets {
-            replicas: true,
-            java: false,
-        },
-        (Source::Peer, _) => Targets {
-            replicas: false,
-            java: pod && leader,
-        },
-        (Source::Client, Writer::Controller) => Targets {
-            replicas: false,
-            java: leader,
-        },
-        (Source::Client, _) if pod => Targets {
-            replicas: true,
-            java: leader,
-        },
-        (Source::Client, _) => Targets {
-            replicas: true,
-            java: true,
-        },
-    }
+/// Pure: the peers a record is for, given who wrote it, the instance's origin, and whether we lead.
+pub fn route(record: &Replication, leader: bool) -> Targets {
+    let pod = record.origin == Origin::Pod;
+    let (replicas, java) = match record.writer {
+        // The leader's evictions: followers do not evict themselves.
+        Writer::Expiry => (true, false),
+        // Java peers replicate to one of us; the others learn it from that one.
+        Writer::Peer(PeerKind::Java) => (true, false),
+        // Our replica already told everyone; pod changes reach Java through the leader.
+        Writer::Peer(PeerKind::Replica) => (false, pod && leader),
+        // Every replica derives pod instances itself; Java hears of them from the leader.
+        Writer::Controller => (false, leader),
+        // A REST override on a pod instance: the replicas apply it; Java via the leader.
+        Writer::Client if pod => (true, leader),
+        Writer::Client => (true, true),
+    };
+    Targets { replicas, java }
 }
 
-/// Replication settings.
+/// Replication settings (validated by `config`).
 #[derive(Clone, Debug)]
 pub struct Settings {
+    /// Each peer queue's bounds.
     pub limits: Limits,
+    /// Connect timeout toward peers.
     pub connect_timeout: Duration,
+    /// Read timeout toward peers (a timeout counts as congestion).
     pub read_timeout: Duration,
+    /// This replica's name, sent to our replicas in [`client::REPLICA_HEADER`].
     pub replica_id: String,
+    /// What our replicas authenticate with (`--peer-auth-*`, else `--basic-auth-*`).
+    pub credentials: Option<(String, String)>,
     /// How often the leader heartbeats pod instances to Java peers.
     pub java_heartbeat_interval: Duration,
     /// How often the leader compares registries with peers.
     pub anti_entropy_interval: Duration,
-    /// Identifies this cluster's pod instances in Java peers' registries.
-    pub cluster_id: String,
+    /// On shutdown, how long to keep sending what is queued.
+    pub flush_timeout: Duration,
+    /// How `https://` peers are verified (the system roots when `None`).
+    pub tls: Option<crate::tls::PeerTls>,
+}
+
+/// A server to replicate to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Peer {
+    /// Its Eureka base URL (and credentials from the URL, if any).
+    pub url: PeerUrl,
+    /// One of our replicas, or a Java Eureka server.
+    pub kind: PeerKind,
+    /// Whether it reports ready (only ready peers are sources for the start-up sync).
+    pub ready: bool,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -132,15 +222,34 @@ struct FailureLabels {
     class: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DropLabels {
+    peer: String,
+    reason: &'static str,
+}
+
 /// Replication metrics, labelled by peer.
 #[derive(Clone, Default)]
 pub struct Metrics {
+    /// Tasks waiting per peer.
     queued: Family<PeerLabels, Gauge>,
+    /// Tasks delivered per peer.
     sent: Family<PeerLabels, Counter>,
+    /// Batches delivered per peer.
     batches: Family<PeerLabels, Counter>,
+    /// Failed batches per peer and failure class.
     failures: Family<FailureLabels, Counter>,
-    dropped: Family<PeerLabels, Counter>,
-    pub forwarded_conflicts: Counter,
+    /// Tasks dropped per peer and reason (`overflow`, `expired`, `refused`).
+    dropped: Family<DropLabels, Counter>,
+    /// Newer copies taken from peers' 409 answers.
+    pub conflicts_resolved: Counter,
+    /// Entries repaired by the anti-entropy comparison, by what was done.
+    pub repairs: Family<RepairLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RepairLabels {
+    pub action: &'static str,
 }
 
 impl Metrics {
@@ -152,23 +261,45 @@ impl Metrics {
         r.register("failures", "Failed batches per peer and class", self.failures.clone());
         r.register(
             "dropped",
-            "Tasks dropped (queue full, too old, or refused)",
+            "Tasks dropped per peer: queue full (overflow), older than --max-time-for-replication (expired), or refused by the peer",
             self.dropped.clone(),
         );
         r.register(
             "conflicts_resolved",
             "Newer copies taken from peers' 409 answers",
-            self.forwarded_conflicts.clone(),
+            self.conflicts_resolved.clone(),
         );
+        r.register(
+            "repairs",
+            "Entries repaired by the leader's registry comparison",
+            self.repairs.clone(),
+        );
+    }
+
+    fn dropped(&self, peer: &str, reason: &'static str, n: u64) {
+        if n > 0 {
+            self.dropped
+                .get_or_create(&DropLabels {
+                    peer: peer.to_string(),
+                    reason,
+                })
+                .inc_by(n);
+        }
     }
 }
 
+/// One peer's queue and sender state.
 struct PeerQueue {
     url: PeerUrl,
     kind: PeerKind,
+    /// The pending tasks (a short synchronous lock: enqueues happen under the registry lock).
     batcher: Mutex<Batcher>,
+    /// Wakes the sender when a task arrives or the peer goes.
     notify: Notify,
-    stopped: std::sync::atomic::AtomicBool,
+    /// Set when the peer was removed: the sender ends.
+    stopped: AtomicBool,
+    /// Set on shutdown: send what is queued without waiting to batch more.
+    flushing: AtomicBool,
     /// This peer's `queued` gauge, looked up once (it is set on every enqueue).
     queued: Gauge,
 }
@@ -180,28 +311,39 @@ impl PeerQueue {
             kind: self.kind.as_str(),
         }
     }
+
+    /// The source name of this peer's warnings in `/readyz`.
+    fn health_source(&self) -> String {
+        format!("replication to {}", self.url.display())
+    }
 }
 
-/// The replicator. Add it as an [`OutcomeListener`] of the state.
+/// The replicator. Add it as an [`OutcomeListener`] of the state, and run [`Replicator::run`].
 pub struct Replicator {
     state: AppState,
     client: PeerClient,
+    /// Whether this replica holds the Lease (pod instances go to Java from the leader only).
     leader: watch::Receiver<bool>,
-    peers: Mutex<HashMap<String, Arc<PeerQueue>>>,
+    /// One queue per peer, by base URL.
+    queues: Mutex<HashMap<String, Arc<PeerQueue>>>,
     settings: Settings,
     metrics: Metrics,
+    /// Where peer problems (refused credentials) are reported.
+    health: Arc<Health>,
+    /// This cluster's id, once known (names this cluster's pod instances on peers).
+    cluster_id: watch::Receiver<Option<String>>,
 }
 
 impl OutcomeListener for Replicator {
-    fn on_outcome(&self, outcome: &crate::registry::Outcome, writer: &Writer) {
+    fn on_outcome(&self, outcome: &crate::registry::Outcome) {
         if outcome.replicate.is_empty() {
             return;
         }
         let leader = *self.leader.borrow();
-        let queues = self.peers.lock();
+        let queues = self.queues.lock();
         let now = Instant::now();
         for record in &outcome.replicate {
-            let targets = route(record, writer, leader);
+            let targets = route(record, leader);
             for q in queues.values() {
                 let wanted = match q.kind {
                     PeerKind::Replica => targets.replicas,
@@ -221,19 +363,28 @@ impl Replicator {
         leader: watch::Receiver<bool>,
         settings: Settings,
         metrics: Metrics,
+        health: Arc<Health>,
+        cluster_id: watch::Receiver<Option<String>>,
     ) -> Arc<Replicator> {
         Arc::new(Replicator {
-            client: PeerClient::new(settings.connect_timeout, settings.read_timeout, &settings.replica_id),
+            client: PeerClient::from_settings(&settings),
             state,
             leader,
-            peers: Mutex::new(HashMap::new()),
+            queues: Mutex::new(HashMap::new()),
             settings,
             metrics,
+            health,
+            cluster_id,
         })
     }
 
     pub fn client(&self) -> &PeerClient {
         &self.client
+    }
+
+    /// Whether an instance is a pod instance written by this cluster's operator.
+    pub fn owned(&self, info: &InstanceInfo) -> bool {
+        self.cluster_id.borrow().as_deref().is_some_and(|c| owned_by(info, c))
     }
 
     fn enqueue(&self, q: &PeerQueue, record: Replication, now: Instant) {
@@ -246,53 +397,124 @@ impl Replicator {
         q.notify.notify_one();
     }
 
-    /// Applies a new peer list: starts senders for new peers, stops those of removed ones.
-    pub fn set_peers(self: &Arc<Self>, peers: Vec<(PeerUrl, PeerKind)>) {
-        let mut current = self.peers.lock();
-        let wanted: HashSet<String> = peers.iter().map(|(u, _)| u.base.clone()).collect();
+    /// Keeps one sender per peer in line with `peers` until shutdown; then flushes the queues
+    /// (at most `flush_timeout`). A sender that panics fails the replicator (and the process).
+    #[tracing::instrument(name = "replicator", skip_all)]
+    pub async fn run(self: Arc<Self>, mut peers: watch::Receiver<Vec<Peer>>, shutdown: Shutdown) -> anyhow::Result<()> {
+        let mut senders: JoinSet<()> = JoinSet::new();
+        let stop = shutdown.clone().wait();
+        tokio::pin!(stop);
+        loop {
+            let list = peers.borrow_and_update().clone();
+            self.set_peers(&list, &mut senders);
+            tokio::select! {
+                changed = peers.changed() => {
+                    if changed.is_err() {
+                        // The peer list's owner stopped: only happens at shutdown.
+                        stop.as_mut().await;
+                        break;
+                    }
+                }
+                Some(joined) = senders.join_next() => {
+                    if let Err(e) = joined && e.is_panic() {
+                        anyhow::bail!("failed to keep replicating: a peer sender panicked: {e}");
+                    }
+                }
+                _ = &mut stop => break,
+            }
+        }
+        self.flush(&mut senders).await;
+        Ok(())
+    }
+
+    /// Applies a peer list: starts senders for new peers, stops those of removed ones.
+    fn set_peers(self: &Arc<Self>, peers: &[Peer], senders: &mut JoinSet<()>) {
+        let mut current = self.queues.lock();
+        let wanted: HashSet<&str> = peers.iter().map(|p| p.url.base.as_str()).collect();
         current.retain(|url, q| {
-            let keep = wanted.contains(url);
+            let keep = wanted.contains(url.as_str());
             if !keep {
-                q.stopped.store(true, std::sync::atomic::Ordering::Release);
+                q.stopped.store(true, Ordering::Release);
                 q.notify.notify_one();
+                self.health.clear(&q.health_source());
                 tracing::info!(peer = %url, "peer removed");
             }
             keep
         });
-        for (url, kind) in peers {
-            if current.contains_key(&url.base) {
+        for peer in peers {
+            if current.contains_key(&peer.url.base) {
                 continue;
             }
-            tracing::info!(peer = %url.display(), kind = kind.as_str(), "peer added");
+            tracing::info!(peer = %peer.url.display(), kind = peer.kind.as_str(), "peer added");
             let q = Arc::new(PeerQueue {
-                url: url.clone(),
-                kind,
+                url: peer.url.clone(),
+                kind: peer.kind,
                 batcher: Mutex::new(Batcher::new(self.settings.limits)),
                 notify: Notify::new(),
-                stopped: std::sync::atomic::AtomicBool::new(false),
+                stopped: AtomicBool::new(false),
+                flushing: AtomicBool::new(false),
                 queued: self
                     .metrics
                     .queued
                     .get_or_create(&PeerLabels {
-                        peer: url.display().to_string(),
-                        kind: kind.as_str(),
+                        peer: peer.url.display().to_string(),
+                        kind: peer.kind.as_str(),
                     })
                     .clone(),
             });
-            current.insert(url.base.clone(), q.clone());
-            tokio::spawn(self.clone().sender(q));
+            current.insert(peer.url.base.clone(), q.clone());
+            senders.spawn(self.clone().sender(q));
         }
+    }
+
+    /// On shutdown: sends what is queued without waiting to batch more, until every queue is
+    /// empty or the flush timeout passes; then stops the senders.
+    async fn flush(&self, senders: &mut JoinSet<()>) {
+        let queues: Vec<Arc<PeerQueue>> = self.queues.lock().values().cloned().collect();
+        let pending = |qs: &[Arc<PeerQueue>]| qs.iter().map(|q| q.batcher.lock().len()).sum::<usize>();
+        let before = pending(&queues);
+        for q in &queues {
+            q.flushing.store(true, Ordering::Release);
+            q.notify.notify_one();
+        }
+        let deadline = Instant::now() + self.settings.flush_timeout;
+        while pending(&queues) > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let left = pending(&queues);
+        if left > 0 {
+            tracing::warn!(
+                left,
+                flushed = before.saturating_sub(left),
+                "shutting down with replication tasks unsent"
+            );
+        } else if before > 0 {
+            tracing::info!(flushed = before, "replication queues flushed");
+        }
+        for q in &queues {
+            q.stopped.store(true, Ordering::Release);
+            q.notify.notify_one();
+        }
+        senders.abort_all();
+        while senders.join_next().await.is_some() {}
     }
 
     /// Sends one peer's batches until the peer is removed.
     async fn sender(self: Arc<Self>, q: Arc<PeerQueue>) {
         let mut backoff = Backoff::default();
         let labels = q.labels();
+        // Whether the last failure was about credentials (to log transitions, not every retry).
+        let mut unauthorized = false;
         loop {
-            if q.stopped.load(std::sync::atomic::Ordering::Acquire) {
+            if q.stopped.load(Ordering::Acquire) {
                 return;
             }
-            let due = q.batcher.lock().due_at();
+            let flushing = q.flushing.load(Ordering::Acquire);
+            let due = q
+                .batcher
+                .lock()
+                .due_at()
+                .map(|at| if flushing { Instant::now() } else { at });
             let notified = q.notify.notified();
             match due {
                 None => {
@@ -307,57 +529,111 @@ impl Replicator {
                 }
                 Some(_) => {}
             }
-            let (batch, dropped) = {
-                let mut b = q.batcher.lock();
-                let before = b.dropped;
-                let batch = b.take(Instant::now());
-                let after = b.dropped;
-                q.queued.set(b.len() as i64);
-                (
-                    batch,
-                    (after.expired - before.expired) + (after.overflow - before.overflow),
-                )
-            };
-            if dropped > 0 {
-                self.metrics.dropped.get_or_create(&labels).inc_by(dropped);
-            }
+            let batch = self.take(&q);
             if batch.is_empty() {
                 continue;
             }
-            let refs: Vec<&Replication> = batch.iter().collect();
-            match self.client.send(&q.url, &refs, q.kind == PeerKind::Replica).await {
+            let refs: Vec<&Replication> = batch.iter().map(|t| &t.record).collect();
+            let span = tracing::debug_span!("replication_batch", peer = %q.url.display(), items = batch.len());
+            let sent = self
+                .client
+                .send(&q.url, &refs, q.kind == PeerKind::Replica)
+                .instrument(span)
+                .await;
+            match sent {
                 Ok(responses) => {
                     backoff.success();
+                    if std::mem::take(&mut unauthorized) {
+                        tracing::info!(peer = %q.url.display(), "the peer accepts our credentials again");
+                        self.health.clear(&q.health_source());
+                    }
                     self.metrics.batches.get_or_create(&labels).inc();
                     self.metrics.sent.get_or_create(&labels).inc_by(batch.len() as u64);
                     if responses.len() == batch.len() {
-                        for (record, response) in batch.iter().zip(responses) {
-                            self.handle_answer(&q, record, response.status_code, response.entity);
+                        for (task, response) in batch.iter().zip(responses) {
+                            self.handle_answer(&q, &task.record, response.status_code, response.entity);
                         }
                     } else {
                         tracing::warn!(peer = %q.url.display(), "a peer answered a batch with the wrong number of items");
                     }
                 }
-                Err(e) => {
-                    let class = e.class();
-                    self.metrics
-                        .failures
-                        .get_or_create(&FailureLabels {
-                            peer: labels.peer.clone(),
-                            class: failure_label(class),
-                        })
-                        .inc();
-                    let delay = backoff.failure(class);
-                    if class == Failure::Permanent {
-                        tracing::warn!(error = %e, items = batch.len(), "dropped a replication batch");
-                        self.metrics.dropped.get_or_create(&labels).inc_by(batch.len() as u64);
-                    } else {
-                        tracing::debug!(error = %e, retry_in = ?delay, "replication batch failed; will retry");
-                        q.batcher.lock().requeue(batch, Instant::now());
-                        tokio::time::sleep(delay).await;
-                    }
-                }
+                Err(e) => self.failed(&q, batch, e, &mut backoff, &mut unauthorized).await,
             }
+        }
+    }
+
+    /// Takes the next batch; counts and logs what aged out or overflowed meanwhile.
+    fn take(&self, q: &PeerQueue) -> Vec<Taken> {
+        let (batch, before, after, len) = {
+            let mut b = q.batcher.lock();
+            let before = b.dropped;
+            let batch = b.take(Instant::now());
+            (batch, before, b.dropped, b.len())
+        };
+        q.queued.set(len as i64);
+        let peer = q.url.display();
+        let expired = after.expired - before.expired;
+        let overflow = after.overflow - before.overflow;
+        if expired > 0 {
+            tracing::warn!(peer, dropped = expired, max_age = ?self.settings.limits.max_age,
+                "dropped replication tasks older than --max-time-for-replication");
+        }
+        if overflow > 0 {
+            tracing::warn!(
+                peer,
+                dropped = overflow,
+                "dropped replication tasks: the peer's queue was full"
+            );
+        }
+        self.metrics.dropped(peer, "expired", expired);
+        self.metrics.dropped(peer, "overflow", overflow);
+        batch
+    }
+
+    /// A batch failed: retried (with its tasks' original ages) unless the peer refused it for good.
+    async fn failed(
+        &self,
+        q: &PeerQueue,
+        batch: Vec<Taken>,
+        e: client::Error,
+        backoff: &mut Backoff,
+        unauthorized: &mut bool,
+    ) {
+        let class = e.class();
+        let peer = q.url.display();
+        self.metrics
+            .failures
+            .get_or_create(&FailureLabels {
+                peer: peer.to_string(),
+                class: failure_label(class),
+            })
+            .inc();
+        let delay = backoff.failure(class);
+        match class {
+            Failure::Permanent => {
+                tracing::warn!(peer, error = %e, items = batch.len(), "dropped a replication batch the peer refused");
+                self.metrics.dropped(peer, "refused", batch.len() as u64);
+                return;
+            }
+            Failure::Unauthorized => {
+                if !std::mem::replace(unauthorized, true) {
+                    tracing::error!(peer, error = %e, "a peer refuses our credentials: replication to it is failing");
+                }
+                self.health.warn(q.health_source(), e.to_string());
+            }
+            Failure::Congestion | Failure::Network => {
+                tracing::debug!(peer, error = %e, retry_in = ?delay, "replication batch failed; will retry");
+            }
+        }
+        if q.flushing.load(Ordering::Acquire) {
+            // Shutting down: no retries (the peer will hear of it through its own sync).
+            return;
+        }
+        q.batcher.lock().requeue(batch);
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            // A removed peer's sender ends at once.
+            _ = async { while !q.stopped.load(Ordering::Acquire) { q.notify.notified().await } } => {}
         }
     }
 
@@ -371,22 +647,19 @@ impl Replicator {
                     .state
                     .with_registry(|r, now| r.instance(&record.app, &record.id, now));
                 if let Some(view) = copy {
-                    self.enqueue(q, register_record(&view, record.source), Instant::now());
+                    self.enqueue(q, register_record(&view, record.writer), Instant::now());
                 }
             }
             (Action::Heartbeat, _) if entity.is_some() => {
-                // The peer's copy is newer: take it (as replication: it goes no further).
+                // The peer's copy is newer: take it, as a replicated write from that peer.
                 // Its overriddenStatus, if any, becomes ours through the registration.
                 let Some(info) = entity else { return };
-                let outcome = self.state.apply(
-                    Command::Register {
-                        info,
-                        source: Source::Peer,
-                    },
-                    Writer::Replica,
-                );
+                let outcome = self.state.apply(Command::Register {
+                    info,
+                    writer: Writer::Peer(q.kind),
+                });
                 tracing::debug!(id = %record.id, reply = ?outcome.reply, "took a peer's newer copy");
-                self.metrics.forwarded_conflicts.inc();
+                self.metrics.conflicts_resolved.inc();
             }
             (Action::Cancel, 404) => {}
             (action, code) => {
@@ -395,136 +668,13 @@ impl Replicator {
         }
     }
 
-    /// The leader's periodic work toward peers: heartbeats for pod instances to Java peers, and
-    /// the registry comparison that repairs what partitions lost.
-    pub async fn run_leader_jobs(self: Arc<Self>, kubernetes_synced: Arc<std::sync::atomic::AtomicBool>) {
-        let mut leader = self.leader.clone();
-        let mut heartbeat = tokio::time::interval(self.settings.java_heartbeat_interval);
-        let mut compare = tokio::time::interval(self.settings.anti_entropy_interval);
-        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        compare.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        compare.tick().await;
-        loop {
-            tokio::select! {
-                changed = leader.changed() => {
-                    if changed.is_err() {
-                        return;
-                    }
-                    if *leader.borrow_and_update() {
-                        // Newly leading: Java peers get every pod instance now.
-                        self.push_pods_to_java(Action::Register);
-                    }
-                }
-                _ = heartbeat.tick() => {
-                    if *leader.borrow() {
-                        self.push_pods_to_java(Action::Heartbeat);
-                    }
-                }
-                _ = compare.tick() => {
-                    if *leader.borrow() {
-                        let synced = kubernetes_synced.load(std::sync::atomic::Ordering::Acquire);
-                        self.compare_with_peers(synced).await;
-                    }
-                }
-            }
-        }
-    }
-
-    fn java_queues(&self) -> Vec<Arc<PeerQueue>> {
-        self.peers
+    fn queues_of(&self, kind: Option<PeerKind>) -> Vec<Arc<PeerQueue>> {
+        self.queues
             .lock()
             .values()
-            .filter(|q| q.kind == PeerKind::Java)
+            .filter(|q| kind.is_none_or(|k| q.kind == k))
             .cloned()
             .collect()
-    }
-
-    fn push_pods_to_java(&self, action: Action) {
-        let queues = self.java_queues();
-        if queues.is_empty() {
-            return;
-        }
-        let pods = self.state.with_registry(|r, _| r.pod_instances());
-        let now = Instant::now();
-        for (_, view) in pods {
-            let record = match action {
-                Action::Register => register_record(&view, Source::Client),
-                _ => Replication {
-                    action: Action::Heartbeat,
-                    app: view.info.app.clone(),
-                    id: view.id().to_string(),
-                    last_dirty_timestamp: Some(view.info.last_dirty_timestamp),
-                    status: Some(view.info.status),
-                    overridden_status: (view.info.overridden_status != Status::Unknown)
-                        .then_some(view.info.overridden_status),
-                    instance: None,
-                    origin: OriginKind::Pod,
-                    source: Source::Client,
-                },
-            };
-            for q in &queues {
-                self.enqueue(q, record.clone(), now);
-            }
-        }
-    }
-
-    /// Anti-entropy: replicas get what they lack and lose what we no longer have; Java peers lose
-    /// pod instances of this cluster that we no longer have (only once the Kubernetes caches have
-    /// synced, so a restart can never remove what the watch has not listed yet).
-    async fn compare_with_peers(&self, kubernetes_synced: bool) {
-        let queues: Vec<Arc<PeerQueue>> = self.peers.lock().values().cloned().collect();
-        let horizon_ms = 2 * self.settings.limits.max_age.as_millis() as i64;
-        for q in queues {
-            let theirs = match self.client.fetch(&q.url, q.kind == PeerKind::Replica).await {
-                Ok(t) => t,
-                Err(e) => {
-                    tracing::debug!(peer = %q.url.display(), error = %e, "could not compare registries");
-                    continue;
-                }
-            };
-            let (ours, now) = self.state.with_registry(|r, now| (r.full_view(), now));
-            let ours: HashMap<(String, String), &InstanceView> = ours
-                .apps
-                .iter()
-                .flat_map(|a| a.instances.iter())
-                .map(|i| ((i.info.app.clone(), i.id().to_string()), i))
-                .collect();
-            let theirs_keys: HashSet<(String, String)> =
-                theirs.iter().map(|i| (i.app.clone(), i.id().to_string())).collect();
-            let at = Instant::now();
-            match q.kind {
-                PeerKind::Replica => {
-                    for (key, view) in &ours {
-                        if view.origin != OriginKind::Pod && !theirs_keys.contains(key) {
-                            self.enqueue(&q, register_record(view, Source::Client), at);
-                        }
-                    }
-                    for info in &theirs {
-                        let key = (info.app.clone(), info.id().to_string());
-                        let stale = now - info.last_updated_timestamp > horizon_ms;
-                        if !ours.contains_key(&key) && stale && !self.owned(info) {
-                            tracing::info!(peer = %q.url.display(), id = %key.1, "removing an entry a replica kept after a partition");
-                            self.enqueue(&q, cancel_record(info, Source::Expiry, OriginKind::Native), at);
-                        }
-                    }
-                }
-                PeerKind::Java if kubernetes_synced => {
-                    for info in theirs.iter().filter(|i| self.owned(i)) {
-                        let key = (info.app.clone(), info.id().to_string());
-                        if !ours.get(&key).is_some_and(|v| v.origin == OriginKind::Pod) {
-                            tracing::info!(peer = %q.url.display(), id = %key.1, "removing a pod instance this cluster no longer has");
-                            self.enqueue(&q, cancel_record(info, Source::Client, OriginKind::Pod), at);
-                        }
-                    }
-                }
-                PeerKind::Java => {}
-            }
-        }
-    }
-
-    /// Whether an instance is a pod instance written by this cluster's operator.
-    pub fn owned(&self, info: &InstanceInfo) -> bool {
-        owned_by(info, &self.settings.cluster_id)
     }
 }
 
@@ -538,11 +688,12 @@ fn failure_label(class: Failure) -> &'static str {
     match class {
         Failure::Congestion => "congestion",
         Failure::Network => "network",
+        Failure::Unauthorized => "unauthorized",
         Failure::Permanent => "permanent",
     }
 }
 
-fn register_record(view: &InstanceView, source: Source) -> Replication {
+fn register_record(view: &InstanceView, writer: Writer) -> Replication {
     Replication {
         action: Action::Register,
         app: view.info.app.clone(),
@@ -552,11 +703,11 @@ fn register_record(view: &InstanceView, source: Source) -> Replication {
         overridden_status: None,
         instance: Some(view.clone()),
         origin: view.origin,
-        source,
+        writer,
     }
 }
 
-fn cancel_record(info: &InstanceInfo, source: Source, origin: OriginKind) -> Replication {
+fn cancel_record(info: &InstanceInfo, writer: Writer, origin: Origin) -> Replication {
     Replication {
         action: Action::Cancel,
         app: info.app.clone(),
@@ -566,7 +717,7 @@ fn cancel_record(info: &InstanceInfo, source: Source, origin: OriginKind) -> Rep
         overridden_status: None,
         instance: None,
         origin,
-        source,
+        writer,
     }
 }
 
@@ -574,7 +725,7 @@ fn cancel_record(info: &InstanceInfo, source: Source, origin: OriginKind) -> Rep
 mod tests {
     use super::*;
 
-    fn rec(source: Source, origin: OriginKind) -> Replication {
+    fn rec(writer: Writer, origin: Origin) -> Replication {
         Replication {
             action: Action::Register,
             app: "A".into(),
@@ -584,45 +735,27 @@ mod tests {
             overridden_status: None,
             instance: None,
             origin,
-            source,
+            writer,
         }
     }
 
     #[test]
     fn routing_never_echoes() {
-        use OriginKind::*;
+        use Origin::*;
         let t = |replicas, java| Targets { replicas, java };
         // A client's write: everyone.
-        assert_eq!(
-            route(&rec(Source::Client, Native), &Writer::Client, false),
-            t(true, true)
-        );
+        assert_eq!(route(&rec(Writer::Client, Native), false), t(true, true));
         // Replicated by one of our replicas: nobody (it already told everyone).
-        assert_eq!(
-            route(&rec(Source::Peer, Native), &Writer::Replica, true),
-            t(false, false)
-        );
+        assert_eq!(route(&rec(Writer::REPLICA, Native), true), t(false, false));
         // Replicated by a Java peer: our replicas only, never back to Java.
-        assert_eq!(
-            route(&rec(Source::Peer, Replicated), &Writer::ForeignPeer, true),
-            t(true, false)
-        );
+        assert_eq!(route(&rec(Writer::JAVA, Replicated), true), t(true, false));
         // Pod instances: Java hears of them from the leader only.
-        assert_eq!(
-            route(&rec(Source::Client, Pod), &Writer::Controller, false),
-            t(false, false)
-        );
-        assert_eq!(
-            route(&rec(Source::Client, Pod), &Writer::Controller, true),
-            t(false, true)
-        );
+        assert_eq!(route(&rec(Writer::Controller, Pod), false), t(false, false));
+        assert_eq!(route(&rec(Writer::Controller, Pod), true), t(false, true));
         // A REST override on a pod instance: the replicas apply it; Java via the leader.
-        assert_eq!(route(&rec(Source::Client, Pod), &Writer::Client, false), t(true, false));
-        assert_eq!(route(&rec(Source::Peer, Pod), &Writer::Replica, true), t(false, true));
+        assert_eq!(route(&rec(Writer::Client, Pod), false), t(true, false));
+        assert_eq!(route(&rec(Writer::REPLICA, Pod), true), t(false, true));
         // Evictions (leader only) reach the followers.
-        assert_eq!(
-            route(&rec(Source::Expiry, Native), &Writer::Timer, true),
-            t(true, false)
-        );
+        assert_eq!(route(&rec(Writer::Expiry, Native), true), t(true, false));
     }
 }

@@ -37,26 +37,11 @@ impl Clock for SystemClock {
     }
 }
 
-/// Who made a write, beyond what the registry needs to know.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Writer {
-    /// A Eureka client (or an admin) over HTTP.
-    Client,
-    /// Another replica of this operator.
-    Replica,
-    /// A Java Eureka server (or any peer that is not one of our replicas).
-    ForeignPeer,
-    /// The Kubernetes controller.
-    Controller,
-    /// A background job of this process (eviction).
-    Timer,
-}
-
 /// Something that acts on every write's outcome. Listeners are called with the registry locked,
 /// so they see outcomes in the order the registry made them; they must only enqueue or signal,
 /// never touch the registry (`AppState`) themselves.
 pub trait OutcomeListener: Send + Sync + 'static {
-    fn on_outcome(&self, outcome: &Outcome, writer: &Writer);
+    fn on_outcome(&self, outcome: &Outcome);
 }
 
 struct Inner {
@@ -106,18 +91,18 @@ impl AppState {
     }
 
     /// Applies a write and hands its outcome to every listener.
-    pub fn apply(&self, command: Command, writer: Writer) -> Outcome {
+    pub fn apply(&self, command: Command) -> Outcome {
         self.with_registry(|r, now| {
             let outcome = r.apply(command, now);
-            self.notify(&outcome, &writer);
+            self.notify(&outcome);
             outcome
         })
     }
 
     /// Tells every listener; called with the registry locked (see [`OutcomeListener`]).
-    fn notify(&self, outcome: &Outcome, writer: &Writer) {
+    fn notify(&self, outcome: &Outcome) {
         for listener in self.inner.listeners.read().iter() {
-            listener.on_outcome(outcome, writer);
+            listener.on_outcome(outcome);
         }
     }
 
@@ -209,7 +194,7 @@ impl AppState {
                     replicate: records,
                     pod_override: None,
                 };
-                self.notify(&outcome, &Writer::Timer);
+                self.notify(&outcome);
             }
             n
         })

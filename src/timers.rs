@@ -6,12 +6,16 @@ use std::time::Duration;
 
 use tokio::{sync::watch, time::MissedTickBehavior};
 
-use crate::state::AppState;
+use crate::{runtime::supervisor::Shutdown, state::AppState};
 
+/// The timer periods (validated positive by `config`).
 #[derive(Clone, Debug)]
 pub struct Intervals {
+    /// `--eviction-interval-timer-in-ms`.
     pub eviction: Duration,
+    /// `--renewal-threshold-update-interval-ms`.
     pub renewal_threshold_update: Duration,
+    /// `--delta-retention-timer-interval-in-ms`.
     pub delta_retention: Duration,
 }
 
@@ -21,14 +25,22 @@ fn ticker(period: Duration) -> tokio::time::Interval {
     t
 }
 
-/// Runs until the process ends.
-pub async fn run(state: AppState, intervals: Intervals, leader: watch::Receiver<bool>) {
+/// Runs until shutdown.
+pub async fn run(
+    state: AppState,
+    intervals: Intervals,
+    leader: watch::Receiver<bool>,
+    shutdown: Shutdown,
+) -> anyhow::Result<()> {
     let mut evict = ticker(intervals.eviction);
     let mut threshold = ticker(intervals.renewal_threshold_update);
     let mut purge = ticker(intervals.delta_retention);
     let mut runs: u64 = 0;
+    let stop = shutdown.wait();
+    tokio::pin!(stop);
     loop {
         tokio::select! {
+            _ = &mut stop => return Ok(()),
             _ = evict.tick() => {
                 if *leader.borrow() {
                     runs += 1;

@@ -19,7 +19,7 @@ use eureka_operator::{
     registry::{
         instance::{InstanceInfo, Metadata},
         limits::InstanceLimits,
-        view::{InstanceView, LeaseView, OriginKind},
+        view::{InstanceView, LeaseView, Origin},
     },
 };
 
@@ -52,7 +52,7 @@ fn view(info: &InstanceInfo) -> InstanceView {
             eviction_ts: 0,
             service_up_ts: 3,
         },
-        origin: OriginKind::Native,
+        origin: Origin::Native,
     }
 }
 

@@ -1,6 +1,17 @@
 //! Optional HTTP basic auth on the Eureka API and the dashboard (what Spring Security's
-//! `httpBasic()` gives a Eureka server, without its CSRF check that breaks Eureka clients).
-//! Credentials never appear in logs: `Credentials` has no `Debug` output of its secret.
+//! `httpBasic()` gives a Eureka server, without its CSRF check that breaks Eureka clients), and
+//! who may act as a peer. Credentials never appear in logs: `Credentials` has no `Debug` output
+//! of its secret.
+//!
+//! Threat model: with auth on, every request needs credentials. Requests that present the **peer**
+//! credentials (`--peer-auth-*`) are peers: only they may post replication batches or mark a write
+//! as replicated (`x-eureka-operator-replica`, `x-netflix-discovery-replication: true`), which
+//! bypasses the rules for client writes and is not replicated further. A client that presents the
+//! client credentials and a marker is refused with 403, so a leaked client password cannot be used
+//! to forge replicated writes — as long as the peer credentials differ. Without `--peer-auth-*` the
+//! client credentials are also the peer credentials (one shared secret: every client can replicate).
+//! With auth off, anyone can do anything (as an unsecured Java Eureka server): keep the port on a
+//! trusted network (the chart's NetworkPolicy).
 
 use std::path::Path;
 
@@ -13,6 +24,44 @@ use axum::{
 use base64::Engine;
 
 use super::negotiate::ApiError;
+
+/// Who a request authenticated as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Caller {
+    /// Auth is off: anyone may act as a client or a peer.
+    Trusted,
+    /// The client credentials: may not act as a peer.
+    Client,
+    /// The peer credentials: may replicate.
+    Peer,
+}
+
+impl Caller {
+    /// Whether the caller may replicate (post batches, mark writes as replicated).
+    pub fn may_replicate(self) -> bool {
+        matches!(self, Caller::Trusted | Caller::Peer)
+    }
+}
+
+/// The credentials of clients and of peers (the same unless `--peer-auth-*` is set).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Access {
+    pub client: Credentials,
+    pub peer: Credentials,
+}
+
+impl Access {
+    /// Who `authorization` authenticates, if anyone.
+    pub fn caller(&self, authorization: Option<&str>) -> Option<Caller> {
+        if self.peer.admits(authorization) {
+            Some(Caller::Peer)
+        } else if self.client.admits(authorization) {
+            Some(Caller::Client)
+        } else {
+            None
+        }
+    }
+}
 
 /// A username and password.
 #[derive(Clone, PartialEq, Eq)]
@@ -38,6 +87,10 @@ pub enum Error {
     Format(String),
     #[error("failed to configure basic auth: a username needs a password and a password a username")]
     Incomplete,
+    #[error(
+        "failed to configure peer auth: --peer-auth-* needs --basic-auth-* (without client auth there is nothing to protect)"
+    )]
+    PeerWithoutClient,
 }
 
 impl Credentials {
@@ -75,6 +128,15 @@ impl Credentials {
         }
     }
 
+    pub fn username(&self) -> &str {
+        &self.username
+    }
+
+    /// The pair, for a client that sends them.
+    pub fn pair(&self) -> (String, String) {
+        (self.username.clone(), self.password.clone())
+    }
+
     /// Whether an `Authorization` header value carries these credentials.
     pub fn admits(&self, authorization: Option<&str>) -> bool {
         let Some(encoded) = authorization.and_then(|v| {
@@ -99,16 +161,36 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     diff == 0
 }
 
-/// Middleware: 401 unless the request carries the credentials.
-pub async fn require(State(credentials): State<Credentials>, request: Request, next: Next) -> Response {
+/// Client and peer credentials from their flags (or files); `None` when auth is off.
+pub fn configure(
+    client: (Option<&str>, Option<&str>, Option<&Path>),
+    peer: (Option<&str>, Option<&str>, Option<&Path>),
+) -> Result<Option<Access>, Error> {
+    let client = Credentials::configure(client.0, client.1, client.2)?;
+    let peer = Credentials::configure(peer.0, peer.1, peer.2)?;
+    match (client, peer) {
+        (None, None) => Ok(None),
+        (None, Some(_)) => Err(Error::PeerWithoutClient),
+        (Some(client), peer) => Ok(Some(Access {
+            peer: peer.unwrap_or_else(|| client.clone()),
+            client,
+        })),
+    }
+}
+
+/// Middleware: 401 unless the request carries client or peer credentials; tells the handlers
+/// which ([`Caller`]).
+pub async fn require(State(access): State<Access>, mut request: Request, next: Next) -> Response {
     let header = request
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    if credentials.admits(header) {
-        next.run(request).await
-    } else {
-        ApiError::Unauthorized.into_response()
+    match access.caller(header) {
+        Some(caller) => {
+            request.extensions_mut().insert(caller);
+            next.run(request).await
+        }
+        None => ApiError::Unauthorized.into_response(),
     }
 }
 
@@ -134,6 +216,31 @@ mod tests {
         assert!(!c.admits(Some("Basic !!!")));
         assert!(!c.admits(None));
         assert!(!format!("{c:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn peers_are_told_from_clients() {
+        let basic = |u: &str, p: &str| {
+            format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"))
+            )
+        };
+        let access = configure((Some("app"), Some("a"), None), (Some("peer"), Some("p"), None))
+            .unwrap()
+            .unwrap();
+        assert_eq!(access.caller(Some(&basic("peer", "p"))), Some(Caller::Peer));
+        assert_eq!(access.caller(Some(&basic("app", "a"))), Some(Caller::Client));
+        assert_eq!(access.caller(Some(&basic("app", "p"))), None);
+        assert!(!Caller::Client.may_replicate());
+        assert!(Caller::Peer.may_replicate() && Caller::Trusted.may_replicate());
+        // One shared secret when no peer credentials are set.
+        let shared = configure((Some("app"), Some("a"), None), (None, None, None))
+            .unwrap()
+            .unwrap();
+        assert_eq!(shared.caller(Some(&basic("app", "a"))), Some(Caller::Peer));
+        assert!(configure((None, None, None), (Some("p"), Some("p"), None)).is_err());
+        assert!(configure((None, None, None), (None, None, None)).unwrap().is_none());
     }
 
     #[test]

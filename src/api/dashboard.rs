@@ -340,7 +340,7 @@ mod tests {
     fn app_with(status_page_urls: &[&str]) -> AppsView {
         use crate::registry::{
             instance::InstanceInfo,
-            view::{AppView, InstanceView, LeaseView, OriginKind},
+            view::{AppView, InstanceView, LeaseView, Origin},
         };
         let instances = status_page_urls
             .iter()
@@ -360,7 +360,7 @@ mod tests {
                         eviction_ts: 0,
                         service_up_ts: 0,
                     },
-                    origin: OriginKind::Native,
+                    origin: Origin::Native,
                 }
             })
             .collect();

@@ -9,6 +9,7 @@ use axum::{
 
 use super::{
     Api,
+    auth::Caller,
     negotiate::{self, ApiError, empty},
     peer,
     route::{self, Route},
@@ -17,40 +18,38 @@ use crate::{
     cache::Key,
     codec::{self, Format, RegistrationError},
     registry::{
-        Command, Reply, Source,
+        Command, Reply, Writer,
         instance::{Metadata, Status},
     },
-    state::Writer,
 };
 
-/// Who is calling, from the replication headers.
-pub fn writer(headers: &HeaderMap) -> Writer {
-    if headers.contains_key(peer::REPLICA_HEADER) {
-        Writer::Replica
+/// Who is writing, from the replication headers; a marker is honoured only from a caller that
+/// may replicate (see [`Caller`]).
+pub fn writer(headers: &HeaderMap, caller: Caller) -> Result<Writer, ApiError> {
+    let writer = if headers.contains_key(peer::REPLICA_HEADER) {
+        Writer::REPLICA
     } else if headers.get(peer::JAVA_REPLICATION_HEADER).and_then(|v| v.to_str().ok()) == Some("true") {
-        Writer::ForeignPeer
+        Writer::JAVA
     } else {
         Writer::Client
+    };
+    if writer.is_replication() && !caller.may_replicate() {
+        return Err(ApiError::NotAPeer);
     }
-}
-
-fn source(writer: &Writer) -> Source {
-    match writer {
-        Writer::Client | Writer::Controller | Writer::Timer => Source::Client,
-        Writer::Replica | Writer::ForeignPeer => Source::Peer,
-    }
+    Ok(writer)
 }
 
 /// Serves one Eureka request.
 pub async fn handle(
     api: &Api,
     route: Route,
+    caller: Caller,
     method: Method,
     query: Option<&str>,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let result = serve(api, route, method, query, headers, body).await;
+    let result = serve(api, route, caller, method, query, headers, body).await;
     if let Err(ApiError::OverLimit(e)) = &result {
         api.metrics.limit_refused(e.kind());
     }
@@ -60,6 +59,7 @@ pub async fn handle(
 async fn serve(
     api: &Api,
     route: Route,
+    caller: Caller,
     method: Method,
     query: Option<&str>,
     headers: &HeaderMap,
@@ -88,7 +88,7 @@ async fn serve(
             let payload = state.payload(Key::Delta, format).await;
             Ok(negotiate::payload_reply(payload, format, negotiate::accepts_gzip(headers)).await)
         }
-        (Route::App { app }, Method::POST) => register(api, app, headers, body).await,
+        (Route::App { app }, Method::POST) => register(api, app, caller, headers, body).await,
         (Route::App { app }, _) => {
             let format = negotiate::reply_format(headers)?;
             allow_access(api)?;
@@ -102,6 +102,7 @@ async fn serve(
         (Route::Svip { vip }, _) => vips(api, Key::Svip(vip), headers).await,
         (Route::Instance { app, id }, Method::GET) => {
             let format = negotiate::reply_format(headers)?;
+            complete(api)?;
             match state.with_registry(|r, now| r.instance(&app, &id, now)) {
                 Some(view) => Ok(negotiate::document(
                     StatusCode::OK,
@@ -113,6 +114,7 @@ async fn serve(
         }
         (Route::InstanceById { id }, _) => {
             let format = negotiate::reply_format(headers)?;
+            complete(api)?;
             match state.with_registry(|r, now| r.find_instance(&id, now)) {
                 Some(view) => Ok(negotiate::document(
                     StatusCode::OK,
@@ -123,8 +125,7 @@ async fn serve(
             }
         }
         (Route::Instance { app, id }, Method::PUT) => {
-            let writer = writer(headers);
-            let source = source(&writer);
+            let writer = writer(headers, caller)?;
             // Java renews first: an unknown instance is 404 whatever the parameters say.
             let last_dirty_timestamp = match dirty_timestamp(&params) {
                 Ok(t) => t,
@@ -135,29 +136,25 @@ async fn serve(
             };
             // `overriddenstatus` only matters for a peer's heartbeat (Java reads it nowhere else).
             let overridden_status = match route::param(&params, "overriddenstatus") {
-                Some(s) if source.is_replication() => Some(parse_status(s, "overriddenstatus")?),
+                Some(s) if writer.is_replication() => Some(parse_status(s, "overriddenstatus")?),
                 _ => None,
             };
             let command = Command::Renew {
                 app,
                 id,
-                source,
+                writer,
                 overridden_status,
                 last_dirty_timestamp,
             };
-            reply(state.apply(command, writer).reply, headers)
+            reply(state.apply(command).reply, headers)
         }
         (Route::Instance { app, id }, _) => {
-            let writer = writer(headers);
-            let command = Command::Cancel {
-                app,
-                id,
-                source: source(&writer),
-            };
-            reply(state.apply(command, writer).reply, headers)
+            let writer = writer(headers, caller)?;
+            let command = Command::Cancel { app, id, writer };
+            reply(state.apply(command).reply, headers)
         }
         (Route::InstanceStatus { app, id }, method) => {
-            let writer = writer(headers);
+            let writer = writer(headers, caller)?;
             // Java looks the instance up before it reads the parameters.
             let Some((current, overridden)) = state.with_registry(|r, now| {
                 r.instance(&app, &id, now)
@@ -186,14 +183,13 @@ async fn serve(
                 Err(_) if !changes => None,
                 Err(e) => return Err(e),
             };
-            let source = source(&writer);
             let command = if method == Method::PUT {
                 Command::SetStatus {
                     app,
                     id,
                     status,
                     last_dirty_timestamp,
-                    source,
+                    writer,
                 }
             } else {
                 Command::DeleteStatusOverride {
@@ -201,20 +197,21 @@ async fn serve(
                     id,
                     status,
                     last_dirty_timestamp,
-                    source,
+                    writer,
                 }
             };
-            reply(state.apply(command, writer).reply, headers)
+            reply(state.apply(command).reply, headers)
         }
         (Route::InstanceMetadata { app, id }, _) => {
+            writer(headers, caller)?;
             // Java takes the first value of a repeated key, and drops a parameter without a name.
             let mut entries = Metadata::new();
             for (k, v) in params.into_iter().filter(|(k, _)| !k.is_empty()) {
                 entries.insert_first(k, v);
             }
-            reply(update_metadata(api, app, id, entries, writer(headers)).await, headers)
+            reply(update_metadata(api, app, id, entries).await, headers)
         }
-        (Route::Batch, _) => peer::batch(api, headers, body).await,
+        (Route::Batch, _) => peer::batch(api, caller, headers, body).await,
         (Route::AsgStatus { asg }, _) => Err(ApiError::Invalid(format!(
             "cannot set the status of ASG {asg}: ASG status needs an AWS registry, and this one is not"
         ))),
@@ -233,12 +230,23 @@ async fn vips(api: &Api, key: Key, headers: &HeaderMap) -> Result<Response, ApiE
     Ok(negotiate::payload_reply(payload, format, false).await)
 }
 
-/// Java refuses reads (403) after an empty start until the wait time has passed.
+/// Fetches wait for a complete registry (503 until then, so clients try their next server); then
+/// Java refuses them (403) after an empty start until the wait time has passed.
 fn allow_access(api: &Api) -> Result<(), ApiError> {
+    complete(api)?;
     if api.state.allow_access() {
         Ok(())
     } else {
         Err(ApiError::Forbidden)
+    }
+}
+
+/// Instance lookups wait for a complete registry too.
+fn complete(api: &Api) -> Result<(), ApiError> {
+    if api.health.is_complete() {
+        Ok(())
+    } else {
+        Err(ApiError::Incomplete)
     }
 }
 
@@ -276,7 +284,13 @@ fn reply(reply: Reply, headers: &HeaderMap) -> Result<Response, ApiError> {
     })
 }
 
-async fn register(api: &Api, app: String, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
+async fn register(
+    api: &Api,
+    app: String,
+    caller: Caller,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
     let (format, latin1) = negotiate::declared_format(headers)?;
     let (now, limits, json) = (
         api.state.now(),
@@ -297,21 +311,21 @@ async fn register(api: &Api, app: String, headers: &HeaderMap, body: Body) -> Re
         message,
         format: negotiate::reply_format(headers).unwrap_or(Format::Xml),
     })?;
-    let writer = writer(headers);
+    let writer = writer(headers, caller)?;
     let command = Command::Register {
         info: registration.info,
-        source: source(&writer),
+        writer,
     };
-    reply(api.state.apply(command, writer).reply, headers)
+    reply(api.state.apply(command).reply, headers)
 }
 
 /// `PUT apps/{app}/{id}/metadata`: the stored instance is copied and merged without the registry
 /// lock (on a blocking thread when it is large), so the lock is held for O(1) per new key; the
 /// replaced copy is freed without the lock too.
-async fn update_metadata(api: &Api, app: String, id: String, entries: Metadata, writer: Writer) -> Reply {
+async fn update_metadata(api: &Api, app: String, id: String, entries: Metadata) -> Reply {
     let state = &api.state;
     let Some(base) = state.with_registry(|r, _| r.stored(&app, &id)) else {
-        return state.apply(Command::UpdateMetadata { app, id, entries }, writer).reply;
+        return state.apply(Command::UpdateMetadata { app, id, entries }).reply;
     };
     let large = base.text_bytes() > api.input.limits.blocking_threshold;
     let merge = {
@@ -327,7 +341,7 @@ async fn update_metadata(api: &Api, app: String, id: String, entries: Metadata, 
     let merged = if large {
         match tokio::task::spawn_blocking(merge).await {
             Ok(merged) => merged,
-            Err(_) => return state.apply(Command::UpdateMetadata { app, id, entries }, writer).reply,
+            Err(_) => return state.apply(Command::UpdateMetadata { app, id, entries }).reply,
         }
     } else {
         merge()
@@ -339,7 +353,7 @@ async fn update_metadata(api: &Api, app: String, id: String, entries: Metadata, 
         base: base.clone(),
         merged,
     };
-    let reply = state.apply(command, writer).reply;
+    let reply = state.apply(command).reply;
     if large {
         tokio::task::spawn_blocking(move || drop(base));
     }

@@ -45,6 +45,9 @@ pub enum ApiError {
     NotAcceptable,
     #[error("request body larger than {0} bytes")]
     TooLarge(usize),
+    /// The body did not arrive within `--http-body-read-timeout-ms`.
+    #[error("request body not received in time")]
+    BodyTimeout,
     #[error("no Eureka endpoint at {0}")]
     NoRoute(String),
     #[error("method {0} not allowed here")]
@@ -62,6 +65,15 @@ pub enum ApiError {
     Forbidden,
     #[error("authentication required")]
     Unauthorized,
+    /// A replicated write (a batch, or a replication marker) from a caller that did not present
+    /// the peer credentials.
+    #[error("replication requires the peer credentials (--peer-auth-*); this request authenticated as a client")]
+    NotAPeer,
+    /// A fetch before the registry is complete: 503, so Eureka clients try their next server.
+    #[error(
+        "this replica's registry is not complete yet (start-up sync from peers, Kubernetes watches); try another server"
+    )]
+    Incomplete,
 }
 
 impl ApiError {
@@ -74,6 +86,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
             ApiError::NotAcceptable => "not_acceptable",
             ApiError::TooLarge(_) => "too_large",
+            ApiError::BodyTimeout => "body_timeout",
             ApiError::NoRoute(_) => "no_route",
             ApiError::MethodNotAllowed(..) => "method_not_allowed",
             ApiError::Conflict(_) => "conflict",
@@ -81,6 +94,8 @@ impl ApiError {
             ApiError::Internal(_) => "internal",
             ApiError::Forbidden => "forbidden",
             ApiError::Unauthorized => "unauthorized",
+            ApiError::NotAPeer => "not_a_peer",
+            ApiError::Incomplete => "incomplete",
         }
     }
 }
@@ -123,6 +138,7 @@ impl IntoResponse for ApiError {
             ApiError::UnsupportedMediaType(_) => text(StatusCode::UNSUPPORTED_MEDIA_TYPE, message),
             ApiError::NotAcceptable => text(StatusCode::NOT_ACCEPTABLE, message),
             ApiError::TooLarge(_) => text(StatusCode::PAYLOAD_TOO_LARGE, message),
+            ApiError::BodyTimeout => text(StatusCode::REQUEST_TIMEOUT, message),
             ApiError::NoRoute(_) => text(StatusCode::NOT_FOUND, message),
             ApiError::MethodNotAllowed(_, allowed) => {
                 let allow = allowed.iter().map(Method::as_str).collect::<Vec<_>>().join(", ");
@@ -137,6 +153,13 @@ impl IntoResponse for ApiError {
             ApiError::OverLimit(_) => text(StatusCode::FORBIDDEN, message),
             ApiError::Internal(_) => text(StatusCode::INTERNAL_SERVER_ERROR, message),
             ApiError::Forbidden => empty(StatusCode::FORBIDDEN),
+            ApiError::NotAPeer => text(StatusCode::FORBIDDEN, message),
+            ApiError::Incomplete => {
+                let mut r = text(StatusCode::SERVICE_UNAVAILABLE, message);
+                r.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                r
+            }
             ApiError::Unauthorized => {
                 let mut r = text(StatusCode::UNAUTHORIZED, message);
                 r.headers_mut().insert(
@@ -447,9 +470,15 @@ where
     T: Send + 'static,
     F: FnOnce(Input<'_>) -> Result<T, ApiError> + Send + 'static,
 {
-    let raw = axum::body::to_bytes(body, limit)
-        .await
-        .map_err(|_| ApiError::TooLarge(limit))?;
+    let raw = axum::body::to_bytes(body, limit).await.map_err(|e| {
+        let timed_out = std::iter::successors(std::error::Error::source(&e), |e| e.source())
+            .any(|e| e.is::<tower_http::timeout::TimeoutError>());
+        if timed_out {
+            ApiError::BodyTimeout
+        } else {
+            ApiError::TooLarge(limit)
+        }
+    })?;
     let gzip = header_str(headers, header::CONTENT_ENCODING).is_some_and(|v| v.eq_ignore_ascii_case("gzip"));
     let json = json_request(headers);
     if !gzip && raw.len() <= decoding.limits.blocking_threshold {
@@ -467,6 +496,20 @@ where
     })
     .await
     .map_err(|e| ApiError::Internal(format!("failed to decode the request body: {e}")))?
+}
+
+/// Reads a whole body as bytes (inflating gzip) with [`decode_body`]'s limits and errors.
+pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Vec<u8>, ApiError> {
+    decode_body(headers, body, limit, &Decoding::default(), false, |input| match input {
+        Input::Bytes(b) => Ok(b.to_vec()),
+        Input::Stream(r) => {
+            let mut out = Vec::new();
+            r.read_to_end(&mut out)
+                .map_err(|e| ApiError::Invalid(format!("failed to read the request body: {e}")))?;
+            Ok(out)
+        }
+    })
+    .await
 }
 
 #[cfg(test)]

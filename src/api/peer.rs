@@ -9,6 +9,7 @@ use axum::{
 
 use super::{
     Api,
+    auth::Caller,
     negotiate::{self, ApiError},
 };
 use crate::{
@@ -16,8 +17,7 @@ use crate::{
         Format,
         batch::{self, ItemResponse, ReplicationItem},
     },
-    registry::{Action, Command, Reply, Source, instance::Status},
-    state::Writer,
+    registry::{Action, Command, Reply, Writer, instance::Status},
 };
 
 /// Sent by this operator's replicas on every replication request, with the sender's replica id.
@@ -27,11 +27,14 @@ pub const REPLICA_HEADER: &str = "x-eureka-operator-replica";
 /// Java's marker on single-operation replication calls (`"true"` exactly).
 pub const JAVA_REPLICATION_HEADER: &str = "x-netflix-discovery-replication";
 
-pub async fn batch(api: &Api, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
+pub async fn batch(api: &Api, caller: Caller, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
+    if !caller.may_replicate() {
+        return Err(ApiError::NotAPeer);
+    }
     let writer = if headers.contains_key(REPLICA_HEADER) {
-        Writer::Replica
+        Writer::REPLICA
     } else {
-        Writer::ForeignPeer
+        Writer::JAVA
     };
     let (now, limits) = (api.state.now(), api.input.limits.instance);
     let items = negotiate::decode_body(headers, body, api.max_body, &api.input, false, move |input| {
@@ -41,7 +44,7 @@ pub async fn batch(api: &Api, headers: &HeaderMap, body: Body) -> Result<Respons
         })
     })
     .await?;
-    let responses: Vec<ItemResponse> = items.into_iter().map(|item| apply(api, item, &writer)).collect();
+    let responses: Vec<ItemResponse> = items.into_iter().map(|item| apply(api, item, writer)).collect();
     Ok(negotiate::document(
         StatusCode::OK,
         batch::encode_response(&responses),
@@ -56,7 +59,7 @@ fn status_code(code: u16) -> ItemResponse {
     }
 }
 
-fn apply(api: &Api, item: ReplicationItem, writer: &Writer) -> ItemResponse {
+fn apply(api: &Api, item: ReplicationItem, writer: Writer) -> ItemResponse {
     let exact = |s: Option<&str>| match s {
         None => Ok(None),
         Some(s) => Status::parse_exact(s).map(Some).ok_or(()),
@@ -83,7 +86,7 @@ fn apply(api: &Api, item: ReplicationItem, writer: &Writer) -> ItemResponse {
             }
             Command::Register {
                 info: registration.info,
-                source: Source::Peer,
+                writer,
             }
         }
         Action::Heartbeat => {
@@ -93,15 +96,19 @@ fn apply(api: &Api, item: ReplicationItem, writer: &Writer) -> ItemResponse {
             Command::Renew {
                 app: item.app_name,
                 id: item.id,
-                source: Source::Peer,
+                writer,
                 overridden_status,
                 last_dirty_timestamp: item.last_dirty_timestamp,
             }
         }
+        Action::Cancel if item.eviction => Command::Evict {
+            app: item.app_name,
+            id: item.id,
+        },
         Action::Cancel => Command::Cancel {
             app: item.app_name,
             id: item.id,
-            source: Source::Peer,
+            writer,
         },
         Action::StatusUpdate => {
             let Ok(Some(status)) = exact(item.status.as_deref()) else {
@@ -112,7 +119,7 @@ fn apply(api: &Api, item: ReplicationItem, writer: &Writer) -> ItemResponse {
                 id: item.id,
                 status,
                 last_dirty_timestamp: item.last_dirty_timestamp,
-                source: Source::Peer,
+                writer,
             }
         }
         Action::DeleteStatusOverride => {
@@ -124,12 +131,12 @@ fn apply(api: &Api, item: ReplicationItem, writer: &Writer) -> ItemResponse {
                 id: item.id,
                 status: status.unwrap_or(Status::Unknown),
                 last_dirty_timestamp: item.last_dirty_timestamp,
-                source: Source::Peer,
+                writer,
             }
         }
     };
     let is_register = matches!(command, Command::Register { .. });
-    match api.state.apply(command, writer.clone()).reply {
+    match api.state.apply(command).reply {
         Reply::Registered | Reply::Ok | Reply::Unchanged => status_code(200),
         Reply::NotFound => status_code(404),
         Reply::Conflict(view) => ItemResponse {
@@ -137,7 +144,7 @@ fn apply(api: &Api, item: ReplicationItem, writer: &Writer) -> ItemResponse {
             entity: Some(*view),
         },
         Reply::Refused(message) => {
-            tracing::warn!(%message, "refused a replicated write to a pod instance");
+            tracing::info!(%message, "refused a replicated write");
             status_code(if is_register { 200 } else { 409 })
         }
         Reply::OverLimit(e) => {

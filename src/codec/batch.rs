@@ -11,7 +11,7 @@ use super::{
     json::{self, InstanceSeed, Scalar},
 };
 use crate::registry::{
-    Action, Replication,
+    Action, Replication, Writer,
     instance::InstanceInfo,
     limits::{InstanceLimits, LimitExceeded},
     view::InstanceView,
@@ -31,6 +31,10 @@ pub struct ReplicationItem {
     /// The cap the item's instance exceeds; its instance is then dropped. One oversized item does
     /// not fail the batch.
     pub over_limit: Option<LimitExceeded>,
+    /// A `Cancel` that is the leader's eviction of an expired lease (`"eviction": true`, sent only
+    /// between this operator's replicas): the receiver removes the instance only if its own lease
+    /// has expired too.
+    pub eviction: bool,
 }
 
 /// `appName`, `id`, the statuses: strings, or numbers as their text.
@@ -61,6 +65,7 @@ struct ItemFields {
     dirty: Option<Scalar>,
     status: Option<Scalar>,
     overridden: Option<Scalar>,
+    eviction: Option<Scalar>,
     instance: Option<Result<DecodedInstance, String>>,
 }
 
@@ -85,6 +90,7 @@ impl ItemFields {
             overridden_status: text(self.overridden),
             instance,
             over_limit,
+            eviction: self.eviction == Some(Scalar::Bool(true)),
         })
     }
 }
@@ -125,6 +131,7 @@ impl<'de> Visitor<'de> for ItemSeed {
                 "lastDirtyTimestamp" => &mut f.dirty,
                 "status" => &mut f.status,
                 "overriddenStatus" => &mut f.overridden,
+                "eviction" => &mut f.eviction,
                 "instanceInfo" => {
                     let seed = json::NullOr(InstanceSeed {
                         now: self.now,
@@ -302,6 +309,10 @@ pub fn encode_list(items: &[&Replication]) -> Vec<u8> {
         if let Some(i) = &r.instance {
             out.extend_from_slice(b",\"instanceInfo\":");
             json::instance(&mut out, i);
+        }
+        if r.action == Action::Cancel && r.writer == Writer::Expiry {
+            // Only ever sent to our own replicas (evictions are not replicated to Java peers).
+            out.extend_from_slice(b",\"eviction\":true");
         }
         out.extend_from_slice(format!(",\"action\":\"{}\"}}", r.action.as_str()).as_bytes());
     }

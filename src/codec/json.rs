@@ -627,6 +627,7 @@ const FIELDS: &[&str] = &[
     "appName",
     "id",
     "instanceInfo",
+    "eviction",
 ];
 
 impl<'de> Visitor<'de> for KeyVisitor {

@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::registry::{
     instance::{ActionType, DataCenterInfo, DataCenterName, LeaseTerms, Metadata, PortInfo, Status},
-    view::{InstanceView, LeaseView, OriginKind},
+    view::{InstanceView, LeaseView, Origin},
 };
 
 /// Characters that stress the codecs, mixed with any character at all.
@@ -103,7 +103,7 @@ fn view(info: &InstanceInfo) -> InstanceView {
             eviction_ts: 3,
             service_up_ts: 4,
         },
-        origin: OriginKind::Native,
+        origin: Origin::Native,
     }
 }
 
@@ -149,8 +149,8 @@ proptest! {
             status: Some(info.status),
             overridden_status: Some(info.overridden_status),
             instance: Some(view(&info)),
-            origin: OriginKind::Native,
-            source: crate::registry::Source::Client,
+            origin: Origin::Native,
+            writer: crate::registry::Writer::Client,
         };
         let body = batch::encode_list(&[&record]);
         let items = batch::decode_list(&body, 0).unwrap();

@@ -8,7 +8,7 @@ use crate::registry::{
     Action, Replication,
     instance::{ActionType, DataCenterName, LeaseTerms, PortInfo, Status},
     limits::{InstanceLimits, LimitExceeded},
-    view::{AppView, AppsView, InstanceView, LeaseView, OriginKind},
+    view::{AppView, AppsView, InstanceView, LeaseView, Origin},
 };
 
 fn sample() -> InstanceView {
@@ -40,7 +40,7 @@ fn sample() -> InstanceView {
             eviction_ts: 0,
             service_up_ts: 1_700_000_000_100,
         },
-        origin: OriginKind::Native,
+        origin: Origin::Native,
     }
 }
 
@@ -401,8 +401,8 @@ fn register_record(view: &InstanceView) -> Replication {
         status: Some(Status::Up),
         overridden_status: None,
         instance: Some(view.clone()),
-        origin: OriginKind::Native,
-        source: crate::registry::Source::Client,
+        origin: Origin::Native,
+        writer: crate::registry::Writer::Client,
     }
 }
 
@@ -419,8 +419,8 @@ fn batch_round_trips_with_java_shapes() {
             status: Some(Status::OutOfService),
             overridden_status: Some(Status::OutOfService),
             instance: None,
-            origin: OriginKind::Native,
-            source: crate::registry::Source::Client,
+            origin: Origin::Native,
+            writer: crate::registry::Writer::Client,
         },
         Replication {
             action: Action::Cancel,
@@ -430,8 +430,8 @@ fn batch_round_trips_with_java_shapes() {
             status: None,
             overridden_status: None,
             instance: None,
-            origin: OriginKind::Native,
-            source: crate::registry::Source::Client,
+            origin: Origin::Native,
+            writer: crate::registry::Writer::Client,
         },
     ];
     let body = batch::encode_list(&items.iter().collect::<Vec<_>>());

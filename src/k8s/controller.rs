@@ -1,129 +1,107 @@
-//! The EurekaApp controller: watches Pods, EurekaApps and Nodes into the [`Index`], and reconciles
-//! each affected EurekaApp as soon as something changes: plan (pure) → registry commands → a
-//! status wish for the leader-gated writer. There is no periodic re-registration; the only timers
-//! are the drain deadlines of terminating pods, and an instance id held by someone else is tried
-//! again when its holder's instance is cancelled or evicted ([`ConflictWaker`]).
+//! The EurekaApp controller, on kube-runtime's `Controller`: its reflector holds the EurekaApps,
+//! its scheduler de-duplicates and delays reconciles, and its error policy retries failed
+//! Kubernetes writes with backoff. Pods and Nodes are followed by [`watch`](super::watch) into the
+//! compact [`Index`] (never whole objects), and each change is mapped to the EurekaApps that select
+//! it and handed to the controller with `reconcile_on`. What is written by hand is only what
+//! kube-runtime does not offer: that mapping, and the projection index.
 //!
-//! Every replica runs it (each derives the pod instances of its own registry); nothing is removed
-//! before every watch has listed once.
+//! A reconcile reads as: plan (pure) → registry commands (every replica) → status (pure) → the
+//! leader's writes (finalizer through kube-runtime's `finalizer` helper, status by server-side
+//! apply, Events). Every replica reconciles, since each derives the pod instances of its own
+//! registry; only the Lease holder writes to Kubernetes, and it reconciles every EurekaApp again
+//! when it takes the Lease so the current state is written at once.
+//!
+//! Guarantees:
+//! * nothing is removed before every watch has listed once; the registry is *complete* (fetches
+//!   answered, `/readyz` green) only once every EurekaApp has been reconciled after that;
+//! * an invalid spec, or a pod that cannot be planned (a renamed port), keeps the instances the
+//!   last valid plan produced, with `Degraded` saying why;
+//! * pod instances of an EurekaApp that is gone are removed by a periodic sweep too, so a deletion
+//!   missed during a watch gap (or without the finalizer) cannot leave them behind.
+//!
+//! With `--watch-namespaces`, each namespace gets its own `Controller` (a kube reflector watches
+//! one namespace or all of them); their triggers are routed by namespace.
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque},
+    collections::{BTreeSet, HashMap, HashSet},
     sync::Arc,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
-use futures::{Stream, StreamExt, stream::BoxStream};
-use k8s_openapi::{
-    api::core::v1::{Node, Pod},
-    jiff::Timestamp,
-};
+use futures::{FutureExt, StreamExt, stream::BoxStream};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::{
-    Api, Client,
-    api::{ObjectMeta, PartialObjectMeta},
+    Api, Client, Resource,
+    api::{ObjectMeta, PartialObjectMeta, Patch, PatchParams},
     runtime::{
-        WatchStreamExt,
-        watcher::{self, Event, watcher},
+        Controller, WatchStreamExt,
+        controller::Action,
+        events::{Event as KubeEvent, EventType, Recorder},
+        finalizer::{self, Event as Finalize},
+        reflector::{ObjectRef, Store},
+        watcher,
     },
 };
 use parking_lot::{Mutex, RwLock};
 use prometheus_client::metrics::{counter::Counter, gauge::Gauge, histogram::Histogram};
-use tokio::sync::Notify;
+use tokio::sync::{mpsc, watch};
 
 use super::{
-    crd::{EurekaApp, EurekaAppStatus},
-    index::{AppKey, Index},
-    plan::{self, Context, Target},
+    crd::{EurekaApp, EurekaAppStatus, FINALIZER, ReadinessGate},
+    index::{AppKey, Index, Scope, Touched},
+    plan::{self, Context as PlanContext, Plan, Problem, Target, selector_matches},
     pods::PodInfo,
-    status::{self, Cond, Finalizer, Note, Wish},
+    status::{self, Note, NoteLimiter},
+    watch::{Backoff, Follower, follow},
 };
 use crate::{
-    registry::{Command, PodOwner, Reply},
-    state::{AppState, OutcomeListener, Writer as WriteSource},
+    health::{Condition, Health},
+    registry::{Command, Outcome, PeerKind, PodOwner, Reply, view::InstanceView},
+    replication::{Peer, client::PeerClient},
+    runtime::supervisor::Shutdown,
+    state::{AppState, OutcomeListener},
 };
 
 /// The node label that gives instances their `zone`.
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 
-/// Settings of the controller.
+/// The field manager of this operator's server-side-applied status.
+pub const FIELD_MANAGER: &str = "eureka-operator";
+
+/// Settings of the controller (validated by `config`).
 #[derive(Clone, Debug)]
 pub struct Settings {
+    /// Names this cluster's pod instances (`k8s.cluster` metadata).
     pub cluster_id: String,
+    /// For `hostName: PodFQDN`.
     pub cluster_domain: String,
     /// Namespaces to watch; all when empty.
     pub namespaces: Vec<String>,
+    /// Longest wait between retries of a failed Kubernetes write.
+    pub max_backoff: Duration,
+    /// Longest wait between retries of a failing watch.
+    pub watch_max_backoff: Duration,
+    /// How often pod instances of gone EurekaApps are looked for.
+    pub sweep_interval: Duration,
 }
 
-/// A de-duplicating work queue of EurekaApps, with delayed re-checks.
-#[derive(Default)]
-pub struct Queue {
-    state: Mutex<QueueState>,
-    notify: Notify,
-}
-
-#[derive(Default)]
-struct QueueState {
-    order: VecDeque<AppKey>,
-    queued: HashSet<AppKey>,
-    /// The earliest pending delayed look per app.
-    delayed: HashMap<AppKey, tokio::time::Instant>,
-}
-
-impl Queue {
-    pub fn push(&self, key: AppKey) {
-        let mut s = self.state.lock();
-        if s.queued.insert(key.clone()) {
-            s.order.push_back(key);
-            self.notify.notify_one();
-        }
-    }
-
-    pub fn push_all(&self, keys: impl IntoIterator<Item = AppKey>) {
-        for k in keys {
-            self.push(k);
-        }
-    }
-
-    /// Looks at `key` again at `at` (the earliest of several requests wins).
-    pub fn push_at(self: &Arc<Self>, key: AppKey, at: tokio::time::Instant) {
-        {
-            let mut s = self.state.lock();
-            if s.delayed.get(&key).is_some_and(|t| *t <= at) {
-                return;
-            }
-            s.delayed.insert(key.clone(), at);
-        }
-        let queue = self.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep_until(at).await;
-            let due = {
-                let mut s = queue.state.lock();
-                if s.delayed.get(&key) == Some(&at) {
-                    s.delayed.remove(&key);
-                    true
-                } else {
-                    false
-                }
-            };
-            if due {
-                queue.push(key);
-            }
-        });
-    }
-
-    pub async fn pop(&self) -> AppKey {
-        loop {
-            let notified = self.notify.notified();
-            {
-                let mut s = self.state.lock();
-                if let Some(k) = s.order.pop_front() {
-                    s.queued.remove(&k);
-                    return k;
-                }
-            }
-            notified.await;
-        }
-    }
+/// Why a reconcile failed (its Kubernetes writes; the registry part cannot fail).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("failed to reconcile an EurekaApp without a name or namespace")]
+    Unnamed,
+    #[error("failed to write the status of {key}: {source}")]
+    Status {
+        key: AppKey,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("failed to update the finalizer of {key}: {source}")]
+    Finalizer {
+        key: AppKey,
+        #[source]
+        source: Box<finalizer::Error<Error>>,
+    },
 }
 
 /// Controller metrics.
@@ -133,6 +111,12 @@ pub struct Metrics {
     pub reconcile_seconds: Histogram,
     pub indexed_pods: Gauge,
     pub watch_errors: Counter,
+    pub status_writes: Counter,
+    pub event_writes: Counter,
+    pub events_dropped: Counter,
+    pub write_errors: Counter,
+    pub swept: Counter,
+    pub gates_opened: Counter,
 }
 
 impl Default for Metrics {
@@ -144,6 +128,12 @@ impl Default for Metrics {
             )),
             indexed_pods: Gauge::default(),
             watch_errors: Counter::default(),
+            status_writes: Counter::default(),
+            event_writes: Counter::default(),
+            events_dropped: Counter::default(),
+            write_errors: Counter::default(),
+            swept: Counter::default(),
+            gates_opened: Counter::default(),
         }
     }
 }
@@ -167,37 +157,139 @@ impl Metrics {
             "Watch errors (retried with backoff)",
             self.watch_errors.clone(),
         );
+        r.register("status_writes", "EurekaApp status patches", self.status_writes.clone());
+        r.register("event_writes", "Kubernetes Events recorded", self.event_writes.clone());
+        r.register(
+            "events_dropped",
+            "Events dropped by the rate limit",
+            self.events_dropped.clone(),
+        );
+        r.register(
+            "write_errors",
+            "Failed Kubernetes writes (retried with backoff)",
+            self.write_errors.clone(),
+        );
+        r.register(
+            "readiness_gates_opened",
+            "Pod readiness gates set True once every replica had the instance",
+            self.gates_opened.clone(),
+        );
+        r.register(
+            "swept_instances",
+            "Pod instances removed because their EurekaApp is gone",
+            self.swept.clone(),
+        );
     }
 }
 
-/// The running controller's shared parts.
-pub struct Controller {
-    pub state: AppState,
-    pub index: Arc<RwLock<Index>>,
-    pub queue: Arc<Queue>,
-    pub writer: status::Writer,
-    pub settings: Settings,
-    pub metrics: Metrics,
-    /// Problems reported last time per app, so Events are sent for new ones only.
-    reported: Mutex<HashMap<AppKey, BTreeSet<String>>>,
-    /// Set once every watch has listed (readiness).
-    synced: Arc<std::sync::atomic::AtomicBool>,
-    /// Per EurekaApp, the (app, instance id) pairs its pods could not take.
-    blocked: Arc<Mutex<BlockedIds>>,
+/// The EurekaApp stores, one per watch scope.
+#[derive(Clone, Default)]
+struct Stores(Vec<(Scope, Store<EurekaApp>)>);
+
+impl Stores {
+    /// The EurekaApps of `namespace`.
+    fn apps_in(&self, namespace: &str) -> Vec<Arc<EurekaApp>> {
+        self.0
+            .iter()
+            .filter(|(scope, _)| scope.contains(namespace))
+            .flat_map(|(_, store)| store.state())
+            .filter(|a| a.metadata.namespace.as_deref() == Some(namespace))
+            .collect()
+    }
+
+    fn all(&self) -> Vec<Arc<EurekaApp>> {
+        self.0.iter().flat_map(|(_, s)| s.state()).collect()
+    }
+
+    fn ready(&self) -> bool {
+        use futures::FutureExt;
+        self.0
+            .iter()
+            .all(|(_, s)| s.wait_until_ready().now_or_never().is_some_and(|r| r.is_ok()))
+    }
+
+    fn contains(&self, key: &AppKey) -> bool {
+        let r = ObjectRef::<EurekaApp>::new(&key.name).within(&key.namespace);
+        self.0.iter().any(|(_, s)| s.get(&r).is_some())
+    }
 }
 
-/// Per EurekaApp, the (app, instance id) pairs its pods could not take.
+/// Sends reconcile requests to the controller of the right scope.
+#[derive(Default)]
+struct Triggers(Vec<(Scope, mpsc::UnboundedSender<ObjectRef<EurekaApp>>)>);
+
+impl Triggers {
+    fn send(&self, key: &AppKey) {
+        for (scope, tx) in &self.0 {
+            if scope.contains(&key.namespace) {
+                let _ = tx.send(ObjectRef::new(&key.name).within(&key.namespace));
+            }
+        }
+    }
+}
+
+/// Per EurekaApp, the (app, instance id) pairs its pods could not take (held by someone else).
 type BlockedIds = HashMap<AppKey, HashSet<(String, String)>>;
 
-/// Looks at a EurekaApp again when an instance id one of its pods could not take (a conflict) is
-/// cancelled or evicted, so the pod registers as soon as the id is free.
-pub struct ConflictWaker {
-    blocked: Arc<Mutex<BlockedIds>>,
-    queue: Arc<Queue>,
+/// What every reconcile shares.
+pub struct Context {
+    client: Client,
+    state: AppState,
+    settings: Settings,
+    /// Pods and node zones.
+    index: RwLock<Index>,
+    /// The EurekaApps (the controllers' reflectors).
+    stores: Stores,
+    /// Reconcile requests by scope.
+    triggers: Triggers,
+    /// Asks every controller to reconcile all its EurekaApps (after the first sync; on taking the Lease).
+    reconcile_all: Vec<mpsc::UnboundedSender<()>>,
+    /// Whether this replica holds the Lease.
+    leader: watch::Receiver<bool>,
+    recorder: Recorder,
+    metrics: Metrics,
+    health: Arc<Health>,
+    /// Met once every EurekaApp has been reconciled after every watch listed.
+    complete: Condition,
+    /// EurekaApps reconciled since the watches listed (until complete).
+    reconciled: Mutex<HashSet<AppKey>>,
+    /// Problems reported last time per app, so Events go out for new ones only.
+    reported: Mutex<HashMap<AppKey, BTreeSet<Problem>>>,
+    limiter: Mutex<NoteLimiter>,
+    blocked: Mutex<BlockedIds>,
+    /// Consecutive failed reconciles per app (the error policy's backoff).
+    failures: Mutex<HashMap<AppKey, u32>>,
+    /// The peers; the readiness gate opens once every ready replica has the instance.
+    peers: watch::Receiver<Vec<Peer>>,
+    peer_client: PeerClient,
+    /// When every replica was first seen holding a gated pod's instance UP, by (namespace, pod).
+    gates_confirmed: Mutex<HashMap<(String, String), std::time::Instant>>,
 }
 
+/// What the registry part of a reconcile decided, for the leader to write.
+struct Applied {
+    /// The status to write (`None` while the EurekaApp is being deleted).
+    status: Option<EurekaAppStatus>,
+    notes: Vec<Note>,
+    /// When to look again (a drain deadline).
+    action: Action,
+    /// Pods whose readiness gate this operator may open once every replica has their instance.
+    gated: Option<Gated>,
+}
+
+/// The pods of one EurekaApp waiting for its readiness gate.
+struct Gated {
+    gate: ReadinessGate,
+    /// (pod, app, instance id) of each pod whose instance is UP here and whose gate is closed.
+    waiting: Vec<(String, String, String)>,
+}
+
+/// Looks at an EurekaApp again when an instance id one of its pods could not take (a conflict) is
+/// cancelled or evicted, so the pod registers as soon as the id is free.
+pub struct ConflictWaker(Arc<Context>);
+
 impl OutcomeListener for ConflictWaker {
-    fn on_outcome(&self, outcome: &crate::registry::Outcome, _: &WriteSource) {
+    fn on_outcome(&self, outcome: &Outcome) {
         let mut freed = outcome
             .replicate
             .iter()
@@ -206,91 +298,385 @@ impl OutcomeListener for ConflictWaker {
         if freed.peek().is_none() {
             return;
         }
-        let blocked = self.blocked.lock();
-        if blocked.is_empty() {
-            return;
-        }
+        let blocked = self.0.blocked.lock();
         for r in freed {
             let id = (r.app.clone(), r.id.clone());
             for (key, ids) in blocked.iter() {
                 if ids.contains(&id) {
-                    self.queue.push(key.clone());
+                    self.0.triggers.send(key);
                 }
             }
         }
     }
 }
 
-/// Hands REST status overrides on pod instances to the writer, which records them on the pod.
-pub struct OverridePersister(pub status::Writer);
+/// What the controller works with.
+pub struct Parts {
+    pub client: Client,
+    pub state: AppState,
+    /// Whether this replica holds the Lease.
+    pub leader: watch::Receiver<bool>,
+    pub recorder: Recorder,
+    pub metrics: Metrics,
+    pub health: Arc<Health>,
+    /// Met once every watch listed and every EurekaApp was reconciled.
+    pub complete: Condition,
+    /// The peers (the readiness gate asks every ready replica for the instance).
+    pub peers: watch::Receiver<Vec<Peer>>,
+    pub peer_client: PeerClient,
+}
 
-impl OutcomeListener for OverridePersister {
-    fn on_outcome(&self, outcome: &crate::registry::Outcome, _: &WriteSource) {
-        if let Some(o) = &outcome.pod_override {
-            self.0.persist_override(o.clone());
+/// Builds the controllers and runs them, the pod and node watches, and the sweep, until shutdown.
+pub async fn run(settings: Settings, parts: Parts, shutdown: Shutdown) -> anyhow::Result<()> {
+    let Parts {
+        client,
+        state,
+        leader,
+        recorder,
+        metrics,
+        health,
+        complete,
+        peers,
+        peer_client,
+    } = parts;
+    let scopes = Scope::of(&settings.namespaces);
+    let mut controllers = Vec::new();
+    let mut stores = Stores::default();
+    let mut triggers = Triggers::default();
+    let mut reconcile_all = Vec::new();
+    for scope in &scopes {
+        let api: Api<EurekaApp> = match scope {
+            Scope::All => Api::all(client.clone()),
+            Scope::Namespace(ns) => Api::namespaced(client.clone(), ns),
+        };
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (all_tx, all_rx) = mpsc::unbounded_channel();
+        let c = Controller::new(api, watcher::Config::default())
+            .trigger_backoff(Backoff::new(settings.watch_max_backoff))
+            .reconcile_on(receiver_stream(rx))
+            .reconcile_all_on(receiver_stream(all_rx))
+            .graceful_shutdown_on(shutdown.clone().wait());
+        stores.0.push((scope.clone(), c.store()));
+        triggers.0.push((scope.clone(), tx));
+        reconcile_all.push(all_tx);
+        controllers.push(c);
+    }
+    complete.waiting("waiting for the Pod, Node and EurekaApp watches to list");
+    let ctx = Arc::new(Context {
+        index: RwLock::new(Index::new(scopes.clone())),
+        client: client.clone(),
+        state: state.clone(),
+        settings,
+        stores,
+        triggers,
+        reconcile_all,
+        leader: leader.clone(),
+        recorder,
+        metrics,
+        health,
+        complete,
+        reconciled: Mutex::default(),
+        reported: Mutex::default(),
+        limiter: Mutex::default(),
+        blocked: Mutex::default(),
+        failures: Mutex::default(),
+        peers,
+        peer_client,
+        gates_confirmed: Mutex::default(),
+    });
+    state.add_listener(Arc::new(ConflictWaker(ctx.clone())));
+
+    let runs = futures::future::join_all(controllers.into_iter().map(|c| {
+        let ctx = ctx.clone();
+        c.run(reconcile, error_policy, ctx.clone()).for_each(move |result| {
+            ctx.controller_result(result);
+            futures::future::ready(())
+        })
+    }));
+    let watches = watch_pods_and_nodes(ctx.clone(), scopes);
+    tokio::select! {
+        _ = runs => {
+            // The controllers end only on shutdown.
+            if !shutdown.is_set() {
+                anyhow::bail!("failed to keep the EurekaApp controllers running: they stopped");
+            }
+            Ok(())
+        }
+        ended = watches => ended,
+        ended = ctx.clone().background(leader) => ended,
+    }
+}
+
+/// A channel's receiver as a stream.
+fn receiver_stream<T: Send + 'static>(rx: mpsc::UnboundedReceiver<T>) -> BoxStream<'static, T> {
+    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) }).boxed()
+}
+
+/// The Pod watches (one per scope) and the Node watch, into the index.
+async fn watch_pods_and_nodes(ctx: Arc<Context>, scopes: Vec<Scope>) -> anyhow::Result<()> {
+    let pods = scopes.into_iter().map(|scope| {
+        let api: Api<Pod> = match &scope {
+            Scope::All => Api::all(ctx.client.clone()),
+            Scope::Namespace(ns) => Api::namespaced(ctx.client.clone(), ns),
+        };
+        let stream = watcher(api, watcher::Config::default()).backoff(Backoff::new(ctx.settings.watch_max_backoff));
+        let follower = PodFollower {
+            ctx: ctx.clone(),
+            scope: scope.clone(),
+        };
+        async move {
+            follow(
+                format!("Pods in {scope}"),
+                stream,
+                &follower,
+                &follower.ctx.metrics.watch_errors,
+                &follower.ctx.health,
+            )
+            .await
+        }
+        .boxed()
+    });
+    let nodes = {
+        let api: Api<PartialObjectMeta<Node>> = Api::all(ctx.client.clone());
+        let stream: BoxStream<'static, _> = watcher(api, watcher::Config::default())
+            .backoff(Backoff::new(ctx.settings.watch_max_backoff))
+            .boxed();
+        let follower = NodeFollower(ctx.clone());
+        async move {
+            follow(
+                "Nodes".to_string(),
+                stream,
+                &follower,
+                &follower.0.metrics.watch_errors,
+                &follower.0.health,
+            )
+            .await
+        }
+        .boxed()
+    };
+    let (ended, _, _) = futures::future::select_all(pods.chain(std::iter::once(nodes))).await;
+    ended
+}
+
+struct PodFollower {
+    ctx: Arc<Context>,
+    scope: Scope,
+}
+
+impl Follower<Pod> for PodFollower {
+    type Item = PodInfo;
+
+    fn project(&self, pod: &Pod) -> Option<PodInfo> {
+        PodInfo::from_pod(pod)
+    }
+
+    fn applied(&self, pod: PodInfo) {
+        let touched = self.ctx.index.write().apply_pod(pod);
+        self.ctx.touched(touched.into_iter());
+    }
+
+    fn deleted(&self, pod: &Pod) {
+        let (Some(ns), Some(name)) = (pod.metadata.namespace.as_deref(), pod.metadata.name.as_deref()) else {
+            return;
+        };
+        let touched = self.ctx.index.write().delete_pod(ns, name);
+        self.ctx.touched(touched.into_iter());
+    }
+
+    fn relisted(&self, pods: Vec<PodInfo>) {
+        let namespaces = self.ctx.index.write().replace_pods(&self.scope, pods);
+        tracing::info!(scope = %self.scope, pods = self.ctx.index.read().pod_count(), "pods listed");
+        self.ctx.relisted(&namespaces);
+    }
+}
+
+struct NodeFollower(Arc<Context>);
+
+impl Follower<PartialObjectMeta<Node>> for NodeFollower {
+    type Item = (String, Option<String>);
+
+    fn project(&self, node: &PartialObjectMeta<Node>) -> Option<(String, Option<String>)> {
+        let zone = |m: &ObjectMeta| m.labels.as_ref().and_then(|l| l.get(ZONE_LABEL).cloned());
+        Some((node.metadata.name.clone()?, zone(&node.metadata)))
+    }
+
+    fn applied(&self, (name, zone): (String, Option<String>)) {
+        let touched = self.0.index.write().set_zone(&name, zone);
+        self.0.touched(touched.into_iter());
+    }
+
+    fn deleted(&self, node: &PartialObjectMeta<Node>) {
+        if let Some(name) = &node.metadata.name {
+            let touched = self.0.index.write().set_zone(name, None);
+            self.0.touched(touched.into_iter());
         }
     }
+
+    fn relisted(&self, nodes: Vec<(String, Option<String>)>) {
+        let zones = nodes.into_iter().filter_map(|(n, z)| Some((n, z?))).collect();
+        let namespaces = self.0.index.write().replace_zones(zones);
+        self.0.relisted(&namespaces);
+    }
 }
 
-fn api_for<K>(client: &Client, namespaces: &[String]) -> Vec<Api<K>>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-    K::DynamicType: Default,
-{
-    if namespaces.is_empty() {
-        vec![Api::all(client.clone())]
-    } else {
-        namespaces
+type RunResult = Result<(ObjectRef<EurekaApp>, Action), kube::runtime::controller::Error<Error, watcher::Error>>;
+
+impl Context {
+    /// Reports what a controller's run stream says: its EurekaApp watch failing shows in the log,
+    /// the metrics and `/readyz` (failed reconciles are reported by the error policy).
+    fn controller_result(&self, result: RunResult) {
+        use kube::runtime::controller::Error as RunError;
+        const SOURCE: &str = "watch of EurekaApps";
+        match result {
+            Ok(_) => self.health.clear(SOURCE),
+            Err(RunError::QueueError(e)) => {
+                self.metrics.watch_errors.inc();
+                tracing::warn!(error = %e, "the EurekaApp watch failed (is the CRD installed?); retrying");
+                self.health
+                    .warn(SOURCE, format!("failing ({e}); retrying with backoff"));
+            }
+            Err(e) => tracing::debug!(error = %e, "reconcile request not run"),
+        }
+    }
+
+    /// Queues the EurekaApps that select any of the touched label sets (or whose status-override
+    /// selectors do).
+    fn touched(&self, touched: impl Iterator<Item = Touched>) {
+        self.metrics.indexed_pods.set(self.index.read().pod_count() as i64);
+        if !self.index.read().synced() {
+            return;
+        }
+        for t in touched {
+            for app in self.stores.apps_in(&t.namespace) {
+                let spec = &app.spec;
+                let selects = t.labels.iter().any(|labels| {
+                    selector_matches(&spec.selector, labels).unwrap_or(true)
+                        || spec
+                            .status_overrides
+                            .iter()
+                            .any(|o| selector_matches(&o.selector, labels).unwrap_or(false))
+                });
+                if selects && let Some(key) = AppKey::of(&app) {
+                    self.triggers.send(&key);
+                }
+            }
+        }
+    }
+
+    /// A watch re-listed: its namespaces need a look; the first time everything has listed,
+    /// every EurekaApp does.
+    fn relisted(&self, namespaces: &[String]) {
+        self.metrics.indexed_pods.set(self.index.read().pod_count() as i64);
+        if !self.index.read().synced() {
+            return;
+        }
+        if !self.complete.is_met() {
+            tracing::info!(
+                pods = self.index.read().pod_count(),
+                "every watch has listed: reconciling"
+            );
+            for tx in &self.reconcile_all {
+                let _ = tx.send(());
+            }
+            self.check_complete();
+            return;
+        }
+        for ns in namespaces {
+            for app in self.stores.apps_in(ns) {
+                if let Some(key) = AppKey::of(&app) {
+                    self.triggers.send(&key);
+                }
+            }
+        }
+    }
+
+    /// Marks the registry complete once every EurekaApp in the stores has been reconciled since
+    /// every watch listed.
+    fn check_complete(&self) {
+        if self.complete.is_met() || !self.index.read().synced() || !self.stores.ready() {
+            return;
+        }
+        let apps = self.stores.all();
+        let reconciled = self.reconciled.lock();
+        let pending = apps
             .iter()
-            .map(|ns| Api::namespaced(client.clone(), ns))
-            .collect()
-    }
-}
-
-/// Merges one watch per namespace into one stream of events.
-fn watch_all<K>(apis: Vec<Api<K>>) -> BoxStream<'static, Result<Event<K>, watcher::Error>>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
-    K::DynamicType: Default,
-{
-    futures::stream::select_all(
-        apis.into_iter()
-            .map(|api| watcher(api, watcher::Config::default()).default_backoff().boxed()),
-    )
-    .boxed()
-}
-
-impl Controller {
-    pub fn new(
-        state: AppState,
-        writer: status::Writer,
-        settings: Settings,
-        metrics: Metrics,
-        index: Arc<RwLock<Index>>,
-        synced: Arc<std::sync::atomic::AtomicBool>,
-    ) -> Arc<Controller> {
-        Arc::new(Controller {
-            synced,
-            state,
-            index,
-            queue: Arc::new(Queue::default()),
-            writer,
-            settings,
-            metrics,
-            reported: Mutex::new(HashMap::new()),
-            blocked: Arc::default(),
-        })
+            .filter_map(|a| AppKey::of(a))
+            .filter(|k| !reconciled.contains(k))
+            .count();
+        if pending == 0 {
+            drop(reconciled);
+            self.complete.met();
+            self.reconciled.lock().clear();
+        } else {
+            self.complete.waiting(format!(
+                "{} of {} EurekaApps reconciled",
+                apps.len() - pending,
+                apps.len()
+            ));
+        }
     }
 
-    /// The listener that retries conflicts; register it with [`AppState::add_listener`].
-    pub fn conflict_waker(&self) -> Arc<ConflictWaker> {
-        Arc::new(ConflictWaker {
-            blocked: self.blocked.clone(),
-            queue: self.queue.clone(),
-        })
+    /// Background work: completeness checks until complete, reconciling everything on taking the
+    /// Lease, and the sweep of pod instances whose EurekaApp is gone.
+    async fn background(self: Arc<Self>, mut leader: watch::Receiver<bool>) -> anyhow::Result<()> {
+        let mut sweep = tokio::time::interval(self.settings.sweep_interval);
+        sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut check = tokio::time::interval(Duration::from_millis(200));
+        loop {
+            tokio::select! {
+                changed = leader.changed() => {
+                    if changed.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                    if *leader.borrow_and_update() && self.index.read().synced() {
+                        tracing::info!("leading: reconciling every EurekaApp to write its status");
+                        for tx in &self.reconcile_all {
+                            let _ = tx.send(());
+                        }
+                    }
+                }
+                _ = sweep.tick() => self.sweep(),
+                _ = check.tick(), if !self.complete.is_met() => self.check_complete(),
+            }
+        }
+    }
+
+    /// Removes the pod instances of EurekaApps that are gone.
+    fn sweep(&self) {
+        if !self.index.read().synced() || !self.stores.ready() {
+            return;
+        }
+        let orphans: Vec<(PodOwner, InstanceView)> = self.state.with_registry(|r, _| {
+            r.pod_instances()
+                .into_iter()
+                .filter(|(o, _)| {
+                    !self.stores.contains(&AppKey {
+                        namespace: o.namespace.clone(),
+                        name: o.eureka_app.clone(),
+                    })
+                })
+                .collect()
+        });
+        let n = self.remove(&orphans);
+        if n > 0 {
+            self.metrics.swept.inc_by(n as u64);
+            tracing::info!(removed = n, "removed pod instances whose EurekaApp is gone");
+        }
+    }
+
+    /// Deregisters the given pod instances; returns how many went.
+    fn remove(&self, instances: &[(PodOwner, InstanceView)]) -> usize {
+        instances
+            .iter()
+            .filter(|(owner, view)| {
+                let outcome = self.state.apply(Command::RemovePod {
+                    app: view.info.app.clone(),
+                    id: view.id().to_string(),
+                    owner: owner.clone(),
+                });
+                outcome.reply == Reply::Ok
+            })
+            .count()
     }
 
     /// Remembers the ids `key`'s pods could not take; if one was freed meanwhile (between the
@@ -305,439 +691,427 @@ impl Controller {
             .state
             .with_registry(|r, _| ids.iter().any(|(app, id)| !r.contains(app, id)));
         if freed {
-            self.queue.push(key.clone());
+            self.triggers.send(key);
         }
     }
 
-    /// Runs the watches and the reconciler until the process ends.
-    pub async fn run(self: Arc<Self>, client: Client) {
-        let pods = self
-            .clone()
-            .watch_pods(watch_all(api_for::<Pod>(&client, &self.settings.namespaces)));
-        let apps = self
-            .clone()
-            .watch_apps(watch_all(api_for::<EurekaApp>(&client, &self.settings.namespaces)));
-        let nodes = self.clone().watch_nodes(
-            watcher(
-                Api::<PartialObjectMeta<Node>>::all(client.clone()),
-                watcher::Config::default(),
-            )
-            .default_backoff()
-            .boxed(),
-        );
-        let reconciler = self.clone().reconcile_loop();
-        tokio::join!(pods, apps, nodes, reconciler);
-    }
-
-    async fn watch_pods(self: Arc<Self>, stream: impl Stream<Item = Result<Event<Pod>, watcher::Error>>) {
-        let mut buffer: Vec<PodInfo> = Vec::new();
-        let mut stream = std::pin::pin!(stream);
-        while let Some(event) = stream.next().await {
-            let keys = match event {
-                Ok(Event::Apply(pod)) => PodInfo::from_pod(&pod).map(|p| self.index.write().apply_pod(p)),
-                Ok(Event::Delete(pod)) => match (pod.metadata.namespace.as_deref(), pod.metadata.name.as_deref()) {
-                    (Some(ns), Some(name)) => Some(self.index.write().delete_pod(ns, name)),
-                    _ => None,
-                },
-                Ok(Event::Init) => {
-                    buffer.clear();
-                    None
-                }
-                Ok(Event::InitApply(pod)) => {
-                    buffer.extend(PodInfo::from_pod(&pod));
-                    None
-                }
-                Ok(Event::InitDone) => Some(self.index.write().reset_pods(std::mem::take(&mut buffer))),
-                Err(e) => {
-                    self.metrics.watch_errors.inc();
-                    tracing::warn!(error = %e, "pod watch failed; retrying");
-                    None
-                }
-            };
-            self.metrics.indexed_pods.set(self.index.read().pod_count() as i64);
-            self.enqueue(keys.into_iter().flatten());
-        }
-    }
-
-    async fn watch_apps(self: Arc<Self>, stream: impl Stream<Item = Result<Event<EurekaApp>, watcher::Error>>) {
-        let mut buffer: Vec<EurekaApp> = Vec::new();
-        let mut stream = std::pin::pin!(stream);
-        while let Some(event) = stream.next().await {
-            let keys = match event {
-                Ok(Event::Apply(app)) => self.index.write().apply_app(app),
-                Ok(Event::Delete(app)) => self.index.write().delete_app(&app),
-                Ok(Event::Init) => {
-                    buffer.clear();
-                    Vec::new()
-                }
-                Ok(Event::InitApply(app)) => {
-                    buffer.push(app);
-                    Vec::new()
-                }
-                Ok(Event::InitDone) => self.index.write().reset_apps(std::mem::take(&mut buffer)),
-                Err(e) => {
-                    self.metrics.watch_errors.inc();
-                    tracing::warn!(error = %e, "EurekaApp watch failed (is the CRD installed?); retrying");
-                    Vec::new()
-                }
-            };
-            self.enqueue(keys);
-        }
-    }
-
-    async fn watch_nodes(
-        self: Arc<Self>,
-        stream: impl Stream<Item = Result<Event<PartialObjectMeta<Node>>, watcher::Error>>,
-    ) {
-        let zone = |m: &ObjectMeta| m.labels.as_ref().and_then(|l| l.get(ZONE_LABEL).cloned());
-        let mut buffer: BTreeMap<String, String> = BTreeMap::new();
-        let mut stream = std::pin::pin!(stream);
-        while let Some(event) = stream.next().await {
-            let keys = match event {
-                Ok(Event::Apply(n)) => match &n.metadata.name {
-                    Some(name) => self.index.write().set_zone(name, zone(&n.metadata)),
-                    None => Vec::new(),
-                },
-                Ok(Event::Delete(n)) => match &n.metadata.name {
-                    Some(name) => self.index.write().set_zone(name, None),
-                    None => Vec::new(),
-                },
-                Ok(Event::Init) => {
-                    buffer.clear();
-                    Vec::new()
-                }
-                Ok(Event::InitApply(n)) => {
-                    if let (Some(name), Some(z)) = (n.metadata.name.clone(), zone(&n.metadata)) {
-                        buffer.insert(name, z);
-                    }
-                    Vec::new()
-                }
-                Ok(Event::InitDone) => self.index.write().reset_zones(std::mem::take(&mut buffer)),
-                Err(e) => {
-                    self.metrics.watch_errors.inc();
-                    tracing::warn!(error = %e, "node watch failed; retrying");
-                    Vec::new()
-                }
-            };
-            self.enqueue(keys);
-        }
-    }
-
-    /// Queues the affected apps, and notes when every watch has listed once.
-    fn enqueue(&self, keys: impl IntoIterator<Item = AppKey>) {
-        if !self.synced.load(std::sync::atomic::Ordering::Acquire) && self.index.read().synced() {
-            tracing::info!(
-                pods = self.index.read().pod_count(),
-                "every watch has listed: reconciling"
-            );
-            self.synced.store(true, std::sync::atomic::Ordering::Release);
-        }
-        self.queue.push_all(keys);
-    }
-
-    async fn reconcile_loop(self: Arc<Self>) {
-        loop {
-            let key = self.queue.pop().await;
-            if !self.index.read().synced() {
-                // Nothing is decided before every watch has listed once; InitDone re-queues all.
-                continue;
-            }
-            let started = Instant::now();
-            self.reconcile(&key);
-            self.metrics.reconciles.inc();
-            self.metrics.reconcile_seconds.observe(started.elapsed().as_secs_f64());
-        }
-    }
-
-    /// Brings the registry's pod instances of one EurekaApp in line with its pods.
-    pub fn reconcile(&self, key: &AppKey) {
-        let snapshot = self.index.read().snapshot(key);
+    /// The registry part of a reconcile, on every replica. See the module docs.
+    fn apply(&self, key: &AppKey, app: &EurekaApp) -> Applied {
         let now = self.state.now();
-        let current: Vec<(PodOwner, _)> = self
+        let current = self
             .state
             .with_registry(|r, _| r.pod_instances_of(&key.namespace, &key.name));
-        let Some(app) = snapshot.app else {
-            // The EurekaApp is gone: so are its instances.
-            let n = self.remove(&current);
-            if n > 0 {
-                tracing::info!(app = %key, removed = n, "deregistered the instances of a deleted EurekaApp");
-            }
-            self.reported.lock().remove(key);
-            self.set_blocked(key, HashSet::new());
-            return;
-        };
-        if app.metadata.deletion_timestamp.is_some() || app.spec.suspend {
-            let n = self.remove(&current);
-            self.set_blocked(key, HashSet::new());
-            let deleting = app.metadata.deletion_timestamp.is_some();
-            let mut notes = Vec::new();
-            if n > 0 {
-                notes.push(Note {
-                    warning: false,
-                    reason: "Deregistered",
-                    action: "Deregister",
-                    message: format!(
-                        "deregistered {n} instances ({})",
-                        if deleting { "deleted" } else { "suspended" }
-                    ),
-                });
-            }
-            let status = (!deleting).then(|| self.suspended_status(&app, now));
-            self.writer.wish(Wish {
-                key: key.clone(),
-                status,
-                finalizer: if deleting { Finalizer::Remove } else { Finalizer::Ensure },
-                notes,
-            });
-            return;
+        let deleting = app.metadata.deletion_timestamp.is_some();
+        if deleting || app.spec.suspend {
+            return self.deregister_all(key, app, &current, now);
         }
-
+        let snapshot = self.index.read().snapshot(&key.namespace);
         let target = Target {
             namespace: &key.namespace,
             name: &key.name,
             spec: &app.spec,
         };
-        let ctx = Context {
+        let ctx = PlanContext {
             cluster_id: &self.settings.cluster_id,
             cluster_domain: &self.settings.cluster_domain,
             node_zones: &snapshot.zones,
             now,
         };
         let plan = plan::plan(&target, snapshot.pods.iter().map(|p| p.as_ref()), &ctx);
+        let mut problems = plan.problems.clone();
+        problems.extend(plan.invalid.clone().map(Problem::InvalidSpec));
+        let (registered, conflicts) = self.upsert(key, &plan);
+        problems.extend(conflicts);
+        // An invalid spec plans nothing: keep what the last valid spec produced.
+        let removed = if plan.invalid.is_some() {
+            0
+        } else {
+            self.remove_stale(&plan, &current)
+        };
+        let action = match plan.wake_at {
+            Some(at) => Action::requeue(Duration::from_millis((at - now).max(0) as u64 + 5)),
+            None => Action::await_change(),
+        };
+        let instances = self
+            .state
+            .with_registry(|r, _| r.pod_instances_of(&key.namespace, &key.name));
+        let counts = status::counts(instances.iter().map(|(_, v)| v.info.status));
+        let mut notes = Vec::new();
+        if !registered.is_empty() {
+            let message = format!(
+                "registered {} instance(s) of {}: {}",
+                registered.len(),
+                plan.app_name,
+                registered.join(", ")
+            );
+            notes.push(Note::normal("Registered", "Register", message));
+        }
+        if removed > 0 {
+            let message = format!("deregistered {removed} instance(s) of {}", plan.app_name);
+            notes.push(Note::normal("Deregistered", "Deregister", message));
+        }
+        notes.extend(self.new_problems(key, &problems));
+        let gated = app.spec.readiness_gate.clone().map(|gate| Gated {
+            waiting: gate_waiting(&gate, &plan, &snapshot.pods, &instances),
+            gate,
+        });
+        Applied {
+            status: Some(status::status(app, &plan, &problems, counts, now)),
+            notes,
+            action,
+            gated,
+        }
+    }
 
+    /// Registers or updates the planned instances; returns the ids registered anew and the
+    /// instance-id conflicts.
+    fn upsert(&self, key: &AppKey, plan: &Plan) -> (Vec<String>, Vec<Problem>) {
         let mut registered = Vec::new();
         let mut conflicts = Vec::new();
         let mut blocked = HashSet::new();
-        let wanted: HashSet<(String, String)> = plan
-            .desired
-            .iter()
-            .map(|d| (d.info.app.clone(), d.info.id().to_string()))
-            .collect();
         for d in &plan.desired {
             let id = d.info.id().to_string();
-            let outcome = self.state.apply(
-                Command::UpsertPod {
-                    info: d.info.clone(),
-                    owner: d.owner.clone(),
-                    overrides: d.overrides,
-                },
-                WriteSource::Controller,
-            );
+            let outcome = self.state.apply(Command::UpsertPod {
+                info: d.info.clone(),
+                owner: d.owner.clone(),
+                overrides: d.overrides,
+            });
             match outcome.reply {
                 Reply::Registered => registered.push(id),
                 Reply::Refused(message) => {
-                    conflicts.push(message);
+                    conflicts.push(Problem::InstanceIdConflict(message));
                     blocked.insert((d.info.app.clone(), id));
                 }
                 _ => {}
             }
         }
-        let stale: Vec<_> = current
-            .iter()
-            .filter(|(_, v)| !wanted.contains(&(v.info.app.clone(), v.id().to_string())))
-            .map(|(o, v)| (o.clone(), v.clone()))
-            .collect();
-        let removed = self.remove(&stale);
         self.set_blocked(key, blocked);
-        if let Some(at) = plan.wake_at {
-            let delay = Duration::from_millis((at - now).max(0) as u64 + 5);
-            self.queue.push_at(key.clone(), tokio::time::Instant::now() + delay);
-        }
+        (registered, conflicts)
+    }
 
-        // Status and Events.
-        let instances: Vec<_> = self
-            .state
-            .with_registry(|r, _| r.pod_instances_of(&key.namespace, &key.name));
+    /// Removes the instances the plan no longer wants, except those of pods it could not plan.
+    fn remove_stale(&self, plan: &Plan, current: &[(PodOwner, InstanceView)]) -> usize {
+        let wanted: HashSet<(&str, &str)> = plan
+            .desired
+            .iter()
+            .map(|d| (d.info.app.as_str(), d.info.id()))
+            .collect();
+        let held: HashSet<&str> = plan.held.iter().map(String::as_str).collect();
+        let stale: Vec<(PodOwner, InstanceView)> = current
+            .iter()
+            .filter(|(o, v)| !wanted.contains(&(v.info.app.as_str(), v.id())) && !held.contains(o.pod.as_str()))
+            .cloned()
+            .collect();
+        self.remove(&stale)
+    }
+
+    /// A deleted or suspended EurekaApp: every instance goes.
+    fn deregister_all(&self, key: &AppKey, app: &EurekaApp, current: &[(PodOwner, InstanceView)], now: i64) -> Applied {
+        let n = self.remove(current);
+        self.set_blocked(key, HashSet::new());
+        self.reported.lock().remove(key);
+        let deleting = app.metadata.deletion_timestamp.is_some();
         let mut notes = Vec::new();
-        if !registered.is_empty() {
-            notes.push(Note {
-                warning: false,
-                reason: "Registered",
-                action: "Register",
-                message: format!(
-                    "registered {} instance(s) of {}: {}",
-                    registered.len(),
-                    plan.app_name,
-                    registered.join(", ")
-                ),
-            });
+        if n > 0 {
+            let why = if deleting { "deleted" } else { "suspended" };
+            notes.push(Note::normal(
+                "Deregistered",
+                "Deregister",
+                format!("deregistered {n} instances ({why})"),
+            ));
         }
-        if removed > 0 {
-            notes.push(Note {
-                warning: false,
-                reason: "Deregistered",
-                action: "Deregister",
-                message: format!("deregistered {removed} instance(s) of {}", plan.app_name),
-            });
-        }
-        let problems: BTreeSet<String> = plan
-            .problems
-            .iter()
-            .map(|p| format!("{}: {}", p.reason(), p.message()))
-            .chain(conflicts.iter().map(|c| format!("InstanceIdConflict: {c}")))
-            .chain(plan.invalid.iter().map(|i| format!("InvalidSpec: {i}")))
-            .collect();
-        {
-            let mut reported = self.reported.lock();
-            let before = reported.entry(key.clone()).or_default();
-            for p in problems.difference(before) {
-                let (reason, message) = p.split_once(": ").unwrap_or(("Problem", p));
-                let reason: &'static str = match reason {
-                    "PortNotFound" => "PortNotFound",
-                    "NoAddress" => "NoAddress",
-                    "BadOverrideAnnotation" => "BadOverrideAnnotation",
-                    "InstanceIdConflict" => "InstanceIdConflict",
-                    _ => "InvalidSpec",
-                };
-                notes.push(Note {
-                    warning: true,
-                    reason,
-                    action: "Reconcile",
-                    message: message.to_string(),
-                });
-            }
-            *before = problems;
-        }
-        let status = self.status(&app, &plan, &conflicts, &instances, now);
-        self.writer.wish(Wish {
-            key: key.clone(),
-            status: Some(status),
-            finalizer: Finalizer::Ensure,
-            notes,
+        let app_name = plan::app_name(&Target {
+            namespace: &key.namespace,
+            name: &key.name,
+            spec: &app.spec,
         });
+        Applied {
+            status: (!deleting).then(|| status::suspended(app, app_name, now)),
+            notes,
+            action: Action::await_change(),
+            gated: None,
+        }
     }
 
-    /// Deregisters the given pod instances; returns how many went.
-    fn remove(&self, instances: &[(PodOwner, crate::registry::view::InstanceView)]) -> usize {
-        let mut n = 0;
-        for (owner, view) in instances {
-            let outcome = self.state.apply(
-                Command::RemovePod {
-                    app: view.info.app.clone(),
-                    id: view.id().to_string(),
-                    owner: owner.clone(),
-                },
-                WriteSource::Controller,
-            );
-            if outcome.reply == Reply::Ok {
-                n += 1;
+    /// Warning notes for the problems that were not there last time.
+    fn new_problems(&self, key: &AppKey, problems: &[Problem]) -> Vec<Note> {
+        let mut reported = self.reported.lock();
+        let before = reported.entry(key.clone()).or_default();
+        let notes = status::new_problems(before, problems)
+            .into_iter()
+            .map(Note::problem)
+            .collect();
+        *before = problems.iter().cloned().collect();
+        notes
+    }
+
+    /// The leader's writes: the finalizer (kube-runtime's helper), the status, the Events, and
+    /// the readiness gates of pods whose instance every replica has.
+    async fn write(&self, app: Arc<EurekaApp>, key: &AppKey, applied: Applied) -> Result<Action, Error> {
+        let api: Api<EurekaApp> = Api::namespaced(self.client.clone(), &key.namespace);
+        let status = applied.status;
+        let mut action = applied.action;
+        if let Some(gated) = &applied.gated
+            && let Some(again) = self.open_gates(key, gated).await
+        {
+            action = Action::requeue(again);
+        }
+        let status_api = api.clone();
+        let result = finalizer::finalizer(&api, FINALIZER, app, |event| async move {
+            match event {
+                Finalize::Apply(app) => {
+                    if let Some(status) = &status {
+                        self.write_status(&status_api, key, &app, status).await?;
+                    }
+                    Ok(action)
+                }
+                Finalize::Cleanup(_) => {
+                    tracing::info!(app = %key, "instances deregistered: removing the finalizer");
+                    Ok(Action::await_change())
+                }
+            }
+        })
+        .await;
+        self.record(key, &applied.notes).await;
+        result.map_err(|e| match e {
+            finalizer::Error::ApplyFailed(inner) | finalizer::Error::CleanupFailed(inner) => inner,
+            other => Error::Finalizer {
+                key: key.clone(),
+                source: Box::new(other),
+            },
+        })
+    }
+
+    /// Opens the gate of every waiting pod whose instance every ready replica holds UP, once the
+    /// gate's delay has passed; returns when to look again while some still wait.
+    async fn open_gates(&self, key: &AppKey, gated: &Gated) -> Option<Duration> {
+        const RECHECK: Duration = Duration::from_millis(500);
+        let replicas: Vec<Peer> = self
+            .peers
+            .borrow()
+            .iter()
+            .filter(|p| p.kind == PeerKind::Replica && p.ready)
+            .cloned()
+            .collect();
+        let delay = Duration::from_secs(gated.gate.delay_seconds.max(0) as u64);
+        let mut again: Option<Duration> = None;
+        let mut soonest = |d: Duration| again = Some(again.map_or(d, |a| a.min(d)));
+        for (pod, app, id) in &gated.waiting {
+            let mut everywhere = true;
+            for peer in &replicas {
+                let status = self.peer_client.instance_status(&peer.url, app, id).await;
+                if !matches!(status.as_ref().map(|s| s.as_deref()), Ok(Some("UP"))) {
+                    everywhere = false;
+                    break;
+                }
+            }
+            if !everywhere {
+                soonest(RECHECK);
+                continue;
+            }
+            let since = *self
+                .gates_confirmed
+                .lock()
+                .entry((key.namespace.clone(), pod.clone()))
+                .or_insert_with(std::time::Instant::now);
+            let waited = since.elapsed();
+            if waited < delay {
+                soonest(delay - waited);
+                continue;
+            }
+            match self
+                .set_gate(&key.namespace, pod, &gated.gate.condition_type, replicas.len())
+                .await
+            {
+                Ok(()) => {
+                    self.gates_confirmed
+                        .lock()
+                        .remove(&(key.namespace.clone(), pod.clone()));
+                    self.metrics.gates_opened.inc();
+                }
+                Err(e) => {
+                    self.metrics.write_errors.inc();
+                    tracing::warn!(pod = %pod, error = %e, "failed to open a readiness gate; retrying");
+                    soonest(RECHECK);
+                }
             }
         }
-        n
+        again
     }
 
-    fn status(
+    /// Sets the pod's readiness-gate condition True (the status subresource, merged by type).
+    async fn set_gate(&self, namespace: &str, pod: &str, condition: &str, replicas: usize) -> Result<(), kube::Error> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let patch = serde_json::json!({"status": {"conditions": [{
+            "type": condition,
+            "status": "True",
+            "reason": "InstanceRegistered",
+            "message": format!("the instance is UP on this replica and {replicas} other ready replica(s)"),
+            "lastTransitionTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now),
+        }]}});
+        api.patch_status(pod, &PatchParams::default(), &Patch::Strategic(&patch))
+            .await?;
+        tracing::info!(pod, namespace, condition, "opened the readiness gate");
+        Ok(())
+    }
+
+    /// Server-side applies the status unless only its sync time changed.
+    async fn write_status(
         &self,
+        api: &Api<EurekaApp>,
+        key: &AppKey,
         app: &EurekaApp,
-        plan: &plan::Plan,
-        conflicts: &[String],
-        instances: &[(PodOwner, crate::registry::view::InstanceView)],
-        now: i64,
-    ) -> EurekaAppStatus {
-        let previous = app.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or(&[]);
-        let counts = status::counts(instances.iter().map(|(_, v)| v.info.status));
-        let degraded_reasons: Vec<String> = plan
-            .problems
-            .iter()
-            .map(|p| p.message())
-            .chain(plan.invalid.iter().cloned())
-            .collect();
-        let wanted = plan.desired.len();
-        let ready = plan.invalid.is_none() && degraded_reasons.is_empty() && conflicts.is_empty();
-        let ready_message = format!(
-            "{} of {} selected pods registered as {} ({} UP)",
-            counts.registered, plan.selected, plan.app_name, counts.up
-        );
-        let conds = vec![
-            Cond {
-                type_: "Ready",
-                ok: ready && counts.registered as usize >= wanted,
-                reason: if plan.invalid.is_some() {
-                    "InvalidSpec".into()
-                } else if !conflicts.is_empty() {
-                    "Conflict".into()
-                } else if !degraded_reasons.is_empty() {
-                    "Degraded".into()
-                } else {
-                    "InstancesRegistered".into()
-                },
-                message: ready_message,
-            },
-            Cond {
-                type_: "Degraded",
-                ok: !degraded_reasons.is_empty(),
-                reason: plan
-                    .invalid
-                    .as_ref()
-                    .map(|_| "InvalidSpec".to_string())
-                    .or_else(|| plan.problems.first().map(|p| p.reason().to_string()))
-                    .unwrap_or_else(|| "AsExpected".into()),
-                message: if degraded_reasons.is_empty() {
-                    "no problems".into()
-                } else {
-                    degraded_reasons.join("; ")
-                },
-            },
-            Cond {
-                type_: "Conflict",
-                ok: !conflicts.is_empty(),
-                reason: if conflicts.is_empty() {
-                    "NoConflict".into()
-                } else {
-                    "InstanceIdConflict".into()
-                },
-                message: if conflicts.is_empty() {
-                    "no instance id conflicts".into()
-                } else {
-                    conflicts.join("; ")
-                },
-            },
-        ];
-        let ts = Timestamp::from_millisecond(now).unwrap_or_else(|_| Timestamp::now());
-        EurekaAppStatus {
-            observed_generation: app.metadata.generation,
-            conditions: status::conditions(previous, conds, app.metadata.generation, ts),
-            app_name: Some(plan.app_name.clone()),
-            selected_pods: plan.selected as i64,
-            instances: counts,
-            last_sync_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(ts)),
+        status: &EurekaAppStatus,
+    ) -> Result<(), Error> {
+        if app.status.as_ref().is_some_and(|s| !status::differs(s, status)) {
+            return Ok(());
         }
+        let patch = serde_json::json!({
+            "apiVersion": EurekaApp::api_version(&()),
+            "kind": EurekaApp::kind(&()),
+            "status": status,
+        });
+        api.patch_status(
+            &key.name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .map_err(|source| Error::Status {
+            key: key.clone(),
+            source,
+        })?;
+        self.metrics.status_writes.inc();
+        Ok(())
     }
 
-    fn suspended_status(&self, app: &EurekaApp, now: i64) -> EurekaAppStatus {
-        let previous = app.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or(&[]);
-        let ts = Timestamp::from_millisecond(now).unwrap_or_else(|_| Timestamp::now());
-        let conds = vec![
-            Cond {
-                type_: "Ready",
-                ok: false,
-                reason: "Suspended".into(),
-                message: "spec.suspend is true: no instances are registered".into(),
-            },
-            Cond {
-                type_: "Degraded",
-                ok: false,
-                reason: "Suspended".into(),
-                message: "suspended".into(),
-            },
-            Cond {
-                type_: "Conflict",
-                ok: false,
-                reason: "Suspended".into(),
-                message: "suspended".into(),
-            },
-        ];
-        EurekaAppStatus {
-            observed_generation: app.metadata.generation,
-            conditions: status::conditions(previous, conds, app.metadata.generation, ts),
-            app_name: Some(plan::app_name(&Target {
-                namespace: "",
-                name: app.metadata.name.as_deref().unwrap_or(""),
-                spec: &app.spec,
-            })),
-            selected_pods: 0,
-            instances: Default::default(),
-            last_sync_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(ts)),
+    /// Records Events, at most [`status::NOTES_PER_WINDOW`] per app and reason a minute.
+    async fn record(&self, key: &AppKey, notes: &[Note]) {
+        if notes.is_empty() {
+            return;
         }
+        let reference = ObjectRef::<EurekaApp>::new(&key.name).within(&key.namespace);
+        let Some(app) = self.stores.0.iter().find_map(|(_, s)| s.get(&reference)) else {
+            return;
+        };
+        let reference = app.object_ref(&());
+        for note in notes {
+            let admitted = self.limiter.lock().admit(key, note.reason, tokio::time::Instant::now());
+            if !admitted {
+                self.metrics.events_dropped.inc();
+                continue;
+            }
+            let event = KubeEvent {
+                type_: if note.warning {
+                    EventType::Warning
+                } else {
+                    EventType::Normal
+                },
+                reason: note.reason.to_string(),
+                note: Some(note.message.chars().take(1024).collect()),
+                action: note.action.to_string(),
+                secondary: None,
+            };
+            match self.recorder.publish(&event, &reference).await {
+                Ok(()) => {
+                    self.metrics.event_writes.inc();
+                }
+                Err(e) => {
+                    self.metrics.write_errors.inc();
+                    tracing::warn!(app = %key, error = %e, "failed to record an Event");
+                }
+            }
+        }
+    }
+}
+
+/// The pods whose `gate` is closed while their instance is UP here (the leader then asks the
+/// other replicas).
+fn gate_waiting(
+    gate: &ReadinessGate,
+    plan: &Plan,
+    pods: &[Arc<PodInfo>],
+    instances: &[(PodOwner, InstanceView)],
+) -> Vec<(String, String, String)> {
+    let up: HashSet<&str> = instances
+        .iter()
+        .filter(|(_, v)| v.info.status == crate::registry::instance::Status::Up)
+        .map(|(_, v)| v.id())
+        .collect();
+    plan.desired
+        .iter()
+        .filter(|d| up.contains(d.info.id()))
+        .filter(|d| {
+            pods.iter().any(|p| {
+                p.name == d.owner.pod && p.declares(&gate.condition_type) && !p.gate_open(&gate.condition_type)
+            })
+        })
+        .map(|d| (d.owner.pod.clone(), d.info.app.clone(), d.info.id().to_string()))
+        .collect()
+}
+
+/// Brings the registry's pod instances of one EurekaApp in line with its pods; the leader then
+/// writes its status. See the module docs.
+#[tracing::instrument(name = "reconcile", skip_all, fields(app = %app.metadata.name.as_deref().unwrap_or("")))]
+async fn reconcile(app: Arc<EurekaApp>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let key = AppKey::of(&app).ok_or(Error::Unnamed)?;
+    if !ctx.index.read().synced() {
+        // Nothing is decided before every watch has listed; then every EurekaApp is reconciled.
+        return Ok(Action::await_change());
+    }
+    let started = std::time::Instant::now();
+    let applied = ctx.apply(&key, &app);
+    ctx.metrics.reconciles.inc();
+    ctx.metrics.reconcile_seconds.observe(started.elapsed().as_secs_f64());
+    if !ctx.complete.is_met() {
+        ctx.reconciled.lock().insert(key.clone());
+        ctx.check_complete();
+    }
+    if !*ctx.leader.borrow() {
+        ctx.failures.lock().remove(&key);
+        return Ok(applied.action);
+    }
+    let action = ctx.write(app, &key, applied).await?;
+    ctx.failures.lock().remove(&key);
+    Ok(action)
+}
+
+/// A failed reconcile (a Kubernetes write) is retried with exponential backoff per EurekaApp,
+/// from 500 ms up to `--kubernetes-write-max-backoff-ms`.
+fn error_policy(app: Arc<EurekaApp>, error: &Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics.write_errors.inc();
+    let Some(key) = AppKey::of(&app) else {
+        return Action::await_change();
+    };
+    let failures = {
+        let mut f = ctx.failures.lock();
+        let n = f.entry(key.clone()).or_default();
+        *n = n.saturating_add(1);
+        *n
+    };
+    let delay = backoff(failures, ctx.settings.max_backoff);
+    tracing::warn!(app = %key, error = %error, retry_in = ?delay, "reconcile failed; retrying");
+    Action::requeue(delay)
+}
+
+/// The wait after `failures` consecutive failures: 500 ms doubling, at most `cap`.
+fn backoff(failures: u32, cap: Duration) -> Duration {
+    Duration::from_millis(500)
+        .saturating_mul(1 << failures.saturating_sub(1).min(16))
+        .min(cap)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_is_capped() {
+        let cap = Duration::from_secs(60);
+        assert_eq!(backoff(1, cap), Duration::from_millis(500));
+        assert_eq!(backoff(3, cap), Duration::from_secs(2));
+        assert_eq!(backoff(8, cap), Duration::from_secs(60));
+        assert_eq!(backoff(30, cap), cap);
     }
 }

@@ -1,14 +1,17 @@
-//! The in-memory index the watches feed: compact pod projections by namespace, the EurekaApps,
-//! and node zones. Each change returns the EurekaApps it may affect, so reconciles are targeted.
-//! A re-list (`Init` … `InitDone`) replaces a whole kind at once, so objects deleted while the
-//! watch was down disappear; nothing counts as synced until every kind has been listed once.
+//! The in-memory index the pod and node watches feed: compact pod projections by namespace, and
+//! node zones. EurekaApps are not here: they live in the controllers' stores (kube-runtime's
+//! reflectors), and the caller maps a pod change to the EurekaApps that select it.
+//!
+//! A completed re-list replaces one watch scope (a namespace, or all of them) at once, so pods
+//! deleted while the watch was down disappear, and interleaved re-lists of several namespaces never
+//! mix. Nothing counts as synced until every scope and the nodes have been listed once.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, HashMap, HashSet},
     sync::Arc,
 };
 
-use super::{crd::EurekaApp, plan::selector_matches, pods::PodInfo};
+use super::{crd::EurekaApp, pods::PodInfo};
 
 /// Names an EurekaApp.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -32,116 +35,148 @@ impl AppKey {
     }
 }
 
+/// What one watch covers: one namespace, or every namespace.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Scope {
+    All,
+    Namespace(String),
+}
+
+impl Scope {
+    /// The scopes of `--watch-namespaces` (all namespaces when empty).
+    pub fn of(namespaces: &[String]) -> Vec<Scope> {
+        if namespaces.is_empty() {
+            vec![Scope::All]
+        } else {
+            namespaces.iter().map(|n| Scope::Namespace(n.clone())).collect()
+        }
+    }
+
+    pub fn contains(&self, namespace: &str) -> bool {
+        match self {
+            Scope::All => true,
+            Scope::Namespace(n) => n == namespace,
+        }
+    }
+}
+
+impl std::fmt::Display for Scope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Scope::All => f.write_str("all namespaces"),
+            Scope::Namespace(n) => write!(f, "namespace {n}"),
+        }
+    }
+}
+
+/// The label sets a pod change touched, in one namespace: the EurekaApps selecting any of them
+/// need a look.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Touched {
+    pub namespace: String,
+    pub labels: Vec<BTreeMap<String, String>>,
+}
+
 /// What a reconcile reads.
 pub struct Snapshot {
-    pub app: Option<Arc<EurekaApp>>,
+    /// The pods of the EurekaApp's namespace.
     pub pods: Vec<Arc<PodInfo>>,
+    /// Node zones (`topology.kubernetes.io/zone`) by node name.
     pub zones: Arc<BTreeMap<String, String>>,
 }
 
-#[derive(Default)]
+/// See the module docs.
+#[derive(Debug)]
 pub struct Index {
+    /// Pod projections by namespace, then name.
     pods: HashMap<String, BTreeMap<String, Arc<PodInfo>>>,
-    apps: BTreeMap<AppKey, Arc<EurekaApp>>,
+    /// Node zones, shared with snapshots (copied on write).
     zones: Arc<BTreeMap<String, String>>,
-    pods_synced: bool,
-    apps_synced: bool,
-    nodes_synced: bool,
+    /// The pod watch scopes, and which have listed once.
+    scopes: Vec<Scope>,
+    listed: HashSet<Scope>,
+    /// Whether the node watch has listed once (or nodes are not watched).
+    nodes_listed: bool,
 }
 
 impl Index {
-    /// Whether every kind has been listed at least once (before that, nothing may be removed).
+    /// An index for pod watches over `scopes`.
+    pub fn new(scopes: Vec<Scope>) -> Index {
+        Index {
+            pods: HashMap::new(),
+            zones: Arc::default(),
+            scopes,
+            listed: HashSet::new(),
+            nodes_listed: false,
+        }
+    }
+
+    /// Whether every scope and the nodes have been listed at least once (before that, nothing
+    /// may be removed).
     pub fn synced(&self) -> bool {
-        self.pods_synced && self.apps_synced && self.nodes_synced
+        self.nodes_listed && self.scopes.iter().all(|s| self.listed.contains(s))
     }
 
     pub fn pod_count(&self) -> usize {
         self.pods.values().map(BTreeMap::len).sum()
     }
 
-    /// EurekaApps in `namespace` that select any of `label_sets`.
-    fn apps_selecting(&self, namespace: &str, label_sets: &[&BTreeMap<String, String>]) -> Vec<AppKey> {
-        self.apps
-            .iter()
-            .filter(|(k, _)| k.namespace == namespace)
-            .filter(|(_, app)| {
-                label_sets.iter().any(|labels| {
-                    selector_matches(&app.spec.selector, labels).unwrap_or(true)
-                        || app
-                            .spec
-                            .status_overrides
-                            .iter()
-                            .any(|o| selector_matches(&o.selector, labels).unwrap_or(false))
-                })
-            })
-            .map(|(k, _)| k.clone())
-            .collect()
-    }
-
-    pub fn all_apps(&self) -> Vec<AppKey> {
-        self.apps.keys().cloned().collect()
-    }
-
-    pub fn apply_pod(&mut self, pod: PodInfo) -> Vec<AppKey> {
+    /// A pod was added or changed; `None` when nothing a plan reads changed.
+    pub fn apply_pod(&mut self, mut pod: PodInfo) -> Option<Touched> {
         let ns = self.pods.entry(pod.namespace.clone()).or_default();
-        let old = ns.insert(pod.name.clone(), Arc::new(pod.clone()));
-        if old.as_deref() == Some(&pod) {
-            return Vec::new();
+        let first = ns.get(&pod.name).and_then(|p| p.deleting_since);
+        keep_drain_start(&mut pod, first);
+        let pod = Arc::new(pod);
+        let old = ns.insert(pod.name.clone(), pod.clone());
+        if old.as_deref() == Some(&*pod) {
+            return None;
         }
-        match &old {
-            Some(old) => self.apps_selecting(&pod.namespace, &[&old.labels, &pod.labels]),
-            None => self.apps_selecting(&pod.namespace, &[&pod.labels]),
-        }
+        let mut labels = vec![pod.labels.clone()];
+        labels.extend(old.map(|o| o.labels.clone()).filter(|l| *l != pod.labels));
+        Some(Touched {
+            namespace: pod.namespace.clone(),
+            labels,
+        })
     }
 
-    pub fn delete_pod(&mut self, namespace: &str, name: &str) -> Vec<AppKey> {
-        let Some(old) = self.pods.get_mut(namespace).and_then(|ns| ns.remove(name)) else {
-            return Vec::new();
-        };
-        self.apps_selecting(namespace, &[&old.labels])
+    pub fn delete_pod(&mut self, namespace: &str, name: &str) -> Option<Touched> {
+        let ns = self.pods.get_mut(namespace)?;
+        let old = ns.remove(name)?;
+        if ns.is_empty() {
+            self.pods.remove(namespace);
+        }
+        Some(Touched {
+            namespace: namespace.to_string(),
+            labels: vec![old.labels.clone()],
+        })
     }
 
-    /// A completed re-list of pods: everything may have changed.
-    pub fn reset_pods(&mut self, pods: Vec<PodInfo>) -> Vec<AppKey> {
-        self.pods.clear();
-        for pod in pods {
+    /// A completed re-list of the pods of `scope`; returns the namespaces whose pods may have
+    /// changed (those before and after).
+    pub fn replace_pods(&mut self, scope: &Scope, pods: Vec<PodInfo>) -> Vec<String> {
+        let mut touched: HashSet<String> = self.pods.keys().filter(|ns| scope.contains(ns)).cloned().collect();
+        let old: HashMap<String, BTreeMap<String, Arc<PodInfo>>> =
+            self.pods.extract_if(|ns, _| scope.contains(ns)).collect();
+        for mut pod in pods {
+            let first = old
+                .get(&pod.namespace)
+                .and_then(|ns| ns.get(&pod.name))
+                .and_then(|p| p.deleting_since);
+            keep_drain_start(&mut pod, first);
+            touched.insert(pod.namespace.clone());
             self.pods
                 .entry(pod.namespace.clone())
                 .or_default()
                 .insert(pod.name.clone(), Arc::new(pod));
         }
-        self.pods_synced = true;
-        self.all_apps()
-    }
-
-    pub fn apply_app(&mut self, app: EurekaApp) -> Vec<AppKey> {
-        let Some(key) = AppKey::of(&app) else { return Vec::new() };
-        self.apps.insert(key.clone(), Arc::new(app));
-        vec![key]
-    }
-
-    pub fn delete_app(&mut self, app: &EurekaApp) -> Vec<AppKey> {
-        let Some(key) = AppKey::of(app) else { return Vec::new() };
-        self.apps.remove(&key);
-        vec![key]
-    }
-
-    /// A completed re-list of EurekaApps: the old and the new keys all need a look.
-    pub fn reset_apps(&mut self, apps: Vec<EurekaApp>) -> Vec<AppKey> {
-        let mut touched: Vec<AppKey> = self.apps.keys().cloned().collect();
-        self.apps = apps
-            .into_iter()
-            .filter_map(|a| Some((AppKey::of(&a)?, Arc::new(a))))
-            .collect();
-        touched.extend(self.apps.keys().cloned());
+        self.listed.insert(scope.clone());
+        let mut touched: Vec<String> = touched.into_iter().collect();
         touched.sort();
-        touched.dedup();
-        self.apps_synced = true;
         touched
     }
 
-    /// A node's zone changed (or the node went): apps with pods on it need a look.
-    pub fn set_zone(&mut self, node: &str, zone: Option<String>) -> Vec<AppKey> {
+    /// A node's zone changed (or the node went): the pods on it, if it changed.
+    pub fn set_zone(&mut self, node: &str, zone: Option<String>) -> Vec<Touched> {
         if self.zones.get(node) == zone.as_ref() {
             return Vec::new();
         }
@@ -150,43 +185,48 @@ impl Index {
             Some(z) => zones.insert(node.to_string(), z),
             None => zones.remove(node),
         };
-        self.apps_on_node(node)
+        self.pods_on(node)
     }
 
-    pub fn reset_zones(&mut self, zones: BTreeMap<String, String>) -> Vec<AppKey> {
+    /// A completed re-list of node zones: every namespace may need a look.
+    pub fn replace_zones(&mut self, zones: BTreeMap<String, String>) -> Vec<String> {
+        let changed = *self.zones != zones;
         self.zones = Arc::new(zones);
-        self.nodes_synced = true;
-        self.all_apps()
-    }
-
-    /// Without a node watch (no zone lookups), nodes count as synced.
-    pub fn mark_nodes_synced(&mut self) {
-        self.nodes_synced = true;
-    }
-
-    fn apps_on_node(&self, node: &str) -> Vec<AppKey> {
-        let mut keys: Vec<AppKey> = Vec::new();
-        for (ns, pods) in &self.pods {
-            let on_node: Vec<&BTreeMap<String, String>> = pods
-                .values()
-                .filter(|p| p.node_name.as_deref() == Some(node))
-                .map(|p| &p.labels)
-                .collect();
-            if !on_node.is_empty() {
-                keys.extend(self.apps_selecting(ns, &on_node));
-            }
+        self.nodes_listed = true;
+        if changed {
+            self.pods.keys().cloned().collect()
+        } else {
+            Vec::new()
         }
-        keys.sort();
-        keys.dedup();
-        keys
     }
 
-    pub fn snapshot(&self, key: &AppKey) -> Snapshot {
+    /// Without a node watch (no zone lookups), nodes count as listed.
+    pub fn mark_nodes_listed(&mut self) {
+        self.nodes_listed = true;
+    }
+
+    fn pods_on(&self, node: &str) -> Vec<Touched> {
+        self.pods
+            .iter()
+            .filter_map(|(ns, pods)| {
+                let labels: Vec<BTreeMap<String, String>> = pods
+                    .values()
+                    .filter(|p| p.node_name.as_deref() == Some(node))
+                    .map(|p| p.labels.clone())
+                    .collect();
+                (!labels.is_empty()).then(|| Touched {
+                    namespace: ns.clone(),
+                    labels,
+                })
+            })
+            .collect()
+    }
+
+    pub fn snapshot(&self, namespace: &str) -> Snapshot {
         Snapshot {
-            app: self.apps.get(key).cloned(),
             pods: self
                 .pods
-                .get(&key.namespace)
+                .get(namespace)
                 .map(|ns| ns.values().cloned().collect())
                 .unwrap_or_default(),
             zones: self.zones.clone(),
@@ -194,16 +234,18 @@ impl Index {
     }
 }
 
+/// A deletion whose grace period is shortened (the kubelet's final delete with grace 0 at the end
+/// of the grace period, `kubectl delete --force`) moves the deletionTimestamp: the drain began at
+/// the first one, so a drained instance never comes back OUT_OF_SERVICE before its pod goes.
+fn keep_drain_start(pod: &mut PodInfo, first: Option<i64>) {
+    if let Some(first) = first {
+        pod.deleting_since = Some(pod.deleting_since.map_or(first, |now| now.min(first)));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn app(ns: &str, name: &str, selector: &str) -> EurekaApp {
-        serde_saphyr::from_str(&format!(
-            "metadata: {{name: {name}, namespace: {ns}}}\nspec: {{selector: {{matchLabels: {{app: {selector}}}}}}}\n"
-        ))
-        .unwrap()
-    }
 
     fn pod(ns: &str, name: &str, label: &str) -> PodInfo {
         PodInfo {
@@ -215,45 +257,69 @@ mod tests {
         }
     }
 
+    fn labels(l: &str) -> BTreeMap<String, String> {
+        [("app".to_string(), l.to_string())].into()
+    }
+
     #[test]
-    fn changes_point_at_the_apps_they_affect() {
-        let mut idx = Index::default();
+    fn changes_name_the_labels_they_touch() {
+        let mut idx = Index::new(vec![Scope::Namespace("a".into()), Scope::Namespace("b".into())]);
         assert!(!idx.synced());
-        idx.reset_apps(vec![
-            app("a", "web", "web"),
-            app("a", "api", "api"),
-            app("b", "web", "web"),
-        ]);
-        idx.reset_pods(vec![]);
-        idx.mark_nodes_synced();
+        idx.replace_pods(&Scope::Namespace("a".into()), vec![]);
+        idx.mark_nodes_listed();
+        assert!(!idx.synced(), "namespace b has not listed yet");
+        idx.replace_pods(&Scope::Namespace("b".into()), vec![pod("b", "x", "web")]);
         assert!(idx.synced());
-        let web = AppKey {
-            namespace: "a".into(),
-            name: "web".into(),
-        };
-        let api = AppKey {
-            namespace: "a".into(),
-            name: "api".into(),
-        };
-        assert_eq!(idx.apply_pod(pod("a", "p1", "web")), vec![web.clone()]);
+        let t = idx.apply_pod(pod("a", "p1", "web")).unwrap();
+        assert_eq!(t.labels, vec![labels("web")]);
         assert!(
-            idx.apply_pod(pod("a", "p1", "web")).is_empty(),
+            idx.apply_pod(pod("a", "p1", "web")).is_none(),
             "no change, no reconcile"
         );
-        // A label change touches the old and the new selector.
-        let mut keys = idx.apply_pod(pod("a", "p1", "api"));
-        keys.sort();
-        assert_eq!(keys, vec![api.clone(), web.clone()]);
-        assert_eq!(idx.delete_pod("a", "p1"), vec![api.clone()]);
-        assert!(idx.delete_pod("a", "p1").is_empty());
+        // A label change touches the old and the new labels.
+        let t = idx.apply_pod(pod("a", "p1", "api")).unwrap();
+        assert_eq!(t.labels, vec![labels("api"), labels("web")]);
+        assert_eq!(idx.delete_pod("a", "p1").unwrap().labels, vec![labels("api")]);
+        assert!(idx.delete_pod("a", "p1").is_none());
         idx.apply_pod(pod("a", "p2", "web"));
-        assert_eq!(idx.set_zone("n1", Some("z1".into())), vec![web.clone()]);
+        assert_eq!(idx.set_zone("n1", Some("z1".into())).len(), 2, "pods on n1 in a and b");
         assert!(idx.set_zone("n1", Some("z1".into())).is_empty());
-        assert_eq!(idx.snapshot(&web).zones.get("n1").map(String::as_str), Some("z1"));
-        assert_eq!(idx.snapshot(&web).pods.len(), 1);
-        // A re-list that lost an app reports it so its instances can go.
-        let touched = idx.reset_apps(vec![app("a", "web", "web")]);
-        assert!(touched.contains(&api));
-        assert!(idx.snapshot(&api).app.is_none());
+        assert_eq!(idx.snapshot("a").zones.get("n1").map(String::as_str), Some("z1"));
+        assert_eq!(idx.snapshot("a").pods.len(), 1);
+    }
+
+    #[test]
+    fn a_drain_starts_at_the_first_deletion_timestamp() {
+        let mut idx = Index::new(vec![Scope::All]);
+        let mut p = pod("a", "p1", "web");
+        p.deleting_since = Some(1_000);
+        idx.apply_pod(p.clone());
+        p.deleting_since = Some(9_000);
+        idx.apply_pod(p.clone());
+        assert_eq!(idx.snapshot("a").pods[0].deleting_since, Some(1_000));
+        p.deleting_since = Some(12_000);
+        idx.replace_pods(&Scope::All, vec![p]);
+        assert_eq!(
+            idx.snapshot("a").pods[0].deleting_since,
+            Some(1_000),
+            "across a re-list too"
+        );
+    }
+
+    #[test]
+    fn a_relist_replaces_only_its_own_scope() {
+        let a = Scope::Namespace("a".into());
+        let b = Scope::Namespace("b".into());
+        let mut idx = Index::new(vec![a.clone(), b.clone()]);
+        idx.replace_pods(&a, vec![pod("a", "a1", "web"), pod("a", "a2", "web")]);
+        idx.replace_pods(&b, vec![pod("b", "b1", "web")]);
+        // b re-lists after a watch gap in which b1 went: a's pods stay.
+        assert_eq!(idx.replace_pods(&b, vec![]), vec!["b".to_string()]);
+        assert_eq!(idx.snapshot("a").pods.len(), 2);
+        assert!(idx.snapshot("b").pods.is_empty());
+        let mut all = Index::new(vec![Scope::All]);
+        all.replace_pods(&Scope::All, vec![pod("a", "a1", "web"), pod("c", "c1", "x")]);
+        assert_eq!(all.replace_pods(&Scope::All, vec![pod("c", "c1", "x")]), vec!["a", "c"]);
+        assert_eq!(all.pod_count(), 1);
     }
 }

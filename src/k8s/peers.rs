@@ -2,18 +2,22 @@
 //! EndpointSlices labelled `kubernetes.io/service-name`. Publishes their Eureka URLs (with
 //! readiness) on a watch channel; `None` until the first list.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
 
-use futures::StreamExt;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::{
     Api, Client,
     runtime::{
         WatchStreamExt,
-        watcher::{self, Event, watcher},
+        watcher::{self, watcher},
     },
 };
+use parking_lot::Mutex;
+use prometheus_client::metrics::counter::Counter;
 use tokio::sync::watch;
+
+use super::watch::{Backoff, Follower, follow};
+use crate::health::Health;
 
 /// A replica's Eureka URL and whether it is ready (a source for the start-up sync).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -24,13 +28,13 @@ pub struct ReplicaEndpoint {
 
 /// Who we are, so we are never our own peer.
 #[derive(Clone, Debug, Default)]
-pub struct Me {
+pub struct OwnPod {
     pub pod_name: Option<String>,
     pub pod_ip: Option<String>,
 }
 
 /// Pure: the replica URLs of a set of slices.
-pub fn endpoints(slices: &BTreeMap<String, EndpointSlice>, me: &Me) -> Vec<ReplicaEndpoint> {
+pub fn endpoints(slices: &BTreeMap<String, EndpointSlice>, me: &OwnPod) -> Vec<ReplicaEndpoint> {
     let mut out = Vec::new();
     for slice in slices.values() {
         let port = slice
@@ -76,57 +80,82 @@ pub fn endpoints(slices: &BTreeMap<String, EndpointSlice>, me: &Me) -> Vec<Repli
     out
 }
 
-/// Watches the slices of `namespace/service` until the process ends.
+/// Follows the slices of one Service, publishing the replica URLs.
+struct Slices {
+    me: OwnPod,
+    slices: Mutex<BTreeMap<String, EndpointSlice>>,
+    tx: watch::Sender<Option<Vec<ReplicaEndpoint>>>,
+}
+
+impl Slices {
+    fn publish(&self) {
+        let next = Some(endpoints(&self.slices.lock(), &self.me));
+        self.tx.send_if_modified(|current| {
+            let differs = *current != next;
+            if differs {
+                *current = next.clone();
+            }
+            differs
+        });
+    }
+}
+
+impl Follower<EndpointSlice> for Slices {
+    type Item = EndpointSlice;
+
+    fn project(&self, slice: &EndpointSlice) -> Option<EndpointSlice> {
+        Some(slice.clone())
+    }
+
+    fn applied(&self, slice: EndpointSlice) {
+        self.slices
+            .lock()
+            .insert(slice.metadata.name.clone().unwrap_or_default(), slice);
+        self.publish();
+    }
+
+    fn deleted(&self, slice: &EndpointSlice) {
+        self.slices
+            .lock()
+            .remove(slice.metadata.name.as_deref().unwrap_or_default());
+        self.publish();
+    }
+
+    fn relisted(&self, slices: Vec<EndpointSlice>) {
+        *self.slices.lock() = slices
+            .into_iter()
+            .map(|s| (s.metadata.name.clone().unwrap_or_default(), s))
+            .collect();
+        self.publish();
+    }
+}
+
+/// Watches the slices of `namespace/service` until the stream ends (an error) or shutdown.
 pub async fn watch_replicas(
     client: Client,
-    namespace: String,
-    service: String,
-    me: Me,
+    (namespace, service): (String, String),
+    me: OwnPod,
     tx: watch::Sender<Option<Vec<ReplicaEndpoint>>>,
-) {
+    backoff: Backoff,
+    errors: Counter,
+    health: Arc<Health>,
+) -> anyhow::Result<()> {
     let api: Api<EndpointSlice> = Api::namespaced(client, &namespace);
     let config = watcher::Config::default().labels(&format!("kubernetes.io/service-name={service}"));
-    let mut stream = std::pin::pin!(watcher(api, config).default_backoff());
-    let mut slices: BTreeMap<String, EndpointSlice> = BTreeMap::new();
-    let mut buffer: BTreeMap<String, EndpointSlice> = BTreeMap::new();
-    while let Some(event) = stream.next().await {
-        let changed = match event {
-            Ok(Event::Apply(s)) => {
-                slices.insert(s.metadata.name.clone().unwrap_or_default(), s);
-                true
-            }
-            Ok(Event::Delete(s)) => {
-                slices.remove(s.metadata.name.as_deref().unwrap_or_default());
-                true
-            }
-            Ok(Event::Init) => {
-                buffer.clear();
-                false
-            }
-            Ok(Event::InitApply(s)) => {
-                buffer.insert(s.metadata.name.clone().unwrap_or_default(), s);
-                false
-            }
-            Ok(Event::InitDone) => {
-                slices = std::mem::take(&mut buffer);
-                true
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "EndpointSlice watch failed; retrying");
-                false
-            }
-        };
-        if changed {
-            let next = Some(endpoints(&slices, &me));
-            tx.send_if_modified(|current| {
-                let differs = *current != next;
-                if differs {
-                    *current = next.clone();
-                }
-                differs
-            });
-        }
-    }
+    let stream = watcher(api, config).backoff(backoff);
+    let follower = Slices {
+        me,
+        slices: Mutex::new(BTreeMap::new()),
+        tx,
+    };
+    follow(
+        format!("EndpointSlices of {namespace}/{service}"),
+        stream,
+        &follower,
+        &errors,
+        &health,
+    )
+    .await
 }
 
 #[cfg(test)]
@@ -157,7 +186,7 @@ endpoints:
         )
         .unwrap();
         let slices: BTreeMap<String, EndpointSlice> = [("s".to_string(), slice)].into();
-        let me = Me {
+        let me = OwnPod {
             pod_name: Some("eureka-2".into()),
             pod_ip: None,
         };
@@ -174,7 +203,7 @@ endpoints:
                 },
             ]
         );
-        let me = Me {
+        let me = OwnPod {
             pod_name: None,
             pod_ip: Some("10.0.0.1".into()),
         };

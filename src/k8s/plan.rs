@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::{apis::meta::v1::LabelSelector, util::intstr
 use super::{
     crd::{
         EurekaAppSpec, HostNameMode, IpFamily, NotReadyMapping, OverrideStatus, PodField, STATUS_OVERRIDE_ANNOTATION,
-        TerminatingMapping,
+        TerminatingMapping, Urls,
     },
     pods::PodInfo,
 };
@@ -56,28 +56,37 @@ pub struct Desired {
     pub overrides: PodOverrides,
 }
 
-/// Something wrong with one pod.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Something wrong with an EurekaApp or one of its pods: what the `Degraded` and `Conflict`
+/// conditions say and what Warning Events report (the reason is the Event's reason).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Problem {
+    /// A spec error admission could not catch (an unknown selector operator, ...).
+    InvalidSpec(String),
     /// The named port is not declared by any container of the pod.
     PortNotFound { pod: String, port: String },
     /// The pod has no address of the chosen family.
     NoAddress { pod: String, family: &'static str },
     /// The pod's status-override annotation is not a status.
     BadOverrideAnnotation { pod: String, value: String },
+    /// An instance id is held by another EurekaApp or a natively registered client (the
+    /// registry's message).
+    InstanceIdConflict(String),
 }
 
 impl Problem {
     pub fn reason(&self) -> &'static str {
         match self {
+            Problem::InvalidSpec(_) => "InvalidSpec",
             Problem::PortNotFound { .. } => "PortNotFound",
             Problem::NoAddress { .. } => "NoAddress",
             Problem::BadOverrideAnnotation { .. } => "BadOverrideAnnotation",
+            Problem::InstanceIdConflict(_) => "InstanceIdConflict",
         }
     }
 
     pub fn message(&self) -> String {
         match self {
+            Problem::InvalidSpec(m) | Problem::InstanceIdConflict(m) => m.clone(),
             Problem::PortNotFound { pod, port } => format!("pod {pod} declares no container port named {port:?}"),
             Problem::NoAddress { pod, family } => format!("pod {pod} has no {family} address"),
             Problem::BadOverrideAnnotation { pod, value } => {
@@ -98,8 +107,12 @@ pub struct Plan {
     pub problems: Vec<Problem>,
     /// When a draining instance must go: reconcile again then.
     pub wake_at: Option<i64>,
-    /// A spec error that admission could not catch.
+    /// A spec error that admission could not catch. Nothing is planned; the instances the last
+    /// valid spec produced are kept.
     pub invalid: Option<String>,
+    /// Selected pods that could not be planned (a [`Problem`]): their current instances are kept
+    /// as they are until the spec or the pod is fixed.
+    pub held: Vec<String>,
 }
 
 /// Whether `labels` match `selector` (`matchLabels` and `matchExpressions` ANDed).
@@ -191,6 +204,11 @@ fn resolve_port(port: &IntOrString, pod: &PodInfo) -> Result<i32, Problem> {
     }
 }
 
+/// Resolves an optional port reference (`None` stays `None`).
+fn resolve_optional(port: Option<&IntOrString>, pod: &PodInfo) -> Result<Option<i32>, Problem> {
+    port.map(|p| resolve_port(p, pod)).transpose()
+}
+
 /// A metadata key that is safe as an XML element name (XStream writes keys as elements).
 pub fn metadata_key(key: &str) -> String {
     let mut out: String = key
@@ -231,7 +249,8 @@ fn pod_state(spec: &EurekaAppSpec, pod: &PodInfo, now: i64) -> (Option<Status>, 
         };
         return (Some(status), Some(until));
     }
-    if pod.ready {
+    let gate = spec.readiness_gate.as_ref().map(|g| g.condition_type.as_str());
+    if pod.ready_for(gate) {
         return (Some(Status::Up), None);
     }
     let status = match spec.not_ready {
@@ -246,263 +265,335 @@ fn pod_state(spec: &EurekaAppSpec, pod: &PodInfo, now: i64) -> (Option<Status>, 
 /// Plans one EurekaApp over the pods of its namespace.
 pub fn plan<'p>(target: &Target<'_>, pods: impl IntoIterator<Item = &'p PodInfo>, ctx: &Context<'_>) -> Plan {
     let spec = target.spec;
-    let app = app_name(target);
     let mut plan = Plan {
-        app_name: app.clone(),
+        app_name: app_name(target),
         ..Plan::default()
     };
-    if selector_is_empty(&spec.selector) {
-        plan.invalid = Some("the selector is empty and would select every pod".into());
-        return plan;
-    }
-    let selectors = std::iter::once(&spec.selector).chain(spec.status_overrides.iter().map(|o| &o.selector));
-    for selector in selectors {
-        if let Err(e) = validate_selector(selector) {
-            plan.invalid = Some(format!("invalid selector: {e}"));
+    let selected = match select(spec, pods) {
+        Ok(selected) => selected,
+        Err(invalid) => {
+            plan.invalid = Some(invalid);
             return plan;
         }
-    }
-    let mut selected: Vec<&PodInfo> = Vec::new();
-    for pod in pods {
-        match selector_matches(&spec.selector, &pod.labels) {
-            Ok(true) if !pod.finished() => selected.push(pod),
-            Ok(_) => {}
-            Err(e) => {
-                plan.invalid = Some(format!("invalid selector: {e}"));
-                return plan;
-            }
-        }
-    }
-    selected.sort_by(|a, b| a.name.cmp(&b.name));
+    };
     plan.selected = selected.len();
-
-    let lease = spec.lease.map(|l| LeaseTerms {
-        renewal_interval_secs: l.renewal_interval_seconds,
-        duration_secs: l.duration_seconds,
-    });
-    let app_lower = app.to_ascii_lowercase();
-    let vip = spec.vip_address.clone().unwrap_or_else(|| app_lower.clone());
-    let secure_vip = spec.secure_vip_address.clone().unwrap_or_else(|| vip.clone());
-    let template = spec.instance_id.as_deref().unwrap_or(DEFAULT_INSTANCE_ID);
-    let urls = spec.urls.clone().unwrap_or_default();
-
+    let common = Common::of(target, &plan.app_name);
     for pod in selected {
         let (status, drain_until) = pod_state(spec, pod, ctx.now);
         if let Some(until) = drain_until {
             plan.wake_at = Some(plan.wake_at.map_or(until, |w| w.min(until)));
         }
         let Some(status) = status else { continue };
-
-        let (family, want_v6) = match spec.ip_family {
-            IpFamily::IPv4 => ("IPv4", false),
-            IpFamily::IPv6 => ("IPv6", true),
-        };
-        let Some(ip) = pod.ips.iter().find(|ip| ip.contains(':') == want_v6).cloned() else {
-            if !pod.ips.is_empty() {
-                plan.problems.push(Problem::NoAddress {
-                    pod: pod.name.clone(),
-                    family,
-                });
-            }
+        match pod_instance(&common, pod, status, ctx, &mut plan.problems) {
+            Ok(Some(desired)) => plan.desired.push(desired),
             // No address yet: a pod being scheduled; it registers once it has one.
-            continue;
-        };
-
-        let port = match &spec.port {
-            Some(p) => match resolve_port(p, pod) {
-                Ok(port) => port,
-                Err(problem) => {
-                    plan.problems.push(problem);
-                    continue;
-                }
-            },
-            None => pod
-                .ports
-                .iter()
-                .find(|p| p.protocol == "TCP")
-                .map(|p| p.port)
-                .unwrap_or(8080),
-        };
-        let secure = match &spec.secure_port {
-            Some(s) => match resolve_port(&s.port, pod) {
-                Ok(port) => Some((port, s.enabled)),
-                Err(problem) => {
-                    plan.problems.push(problem);
-                    continue;
-                }
-            },
-            None => None,
-        };
-        let management = match &spec.management_port {
-            Some(p) => match resolve_port(p, pod) {
-                Ok(port) => Some(port),
-                Err(problem) => {
-                    plan.problems.push(problem);
-                    continue;
-                }
-            },
-            None => None,
-        };
-
-        let host = match spec.host_name {
-            HostNameMode::PodIP => ip.clone(),
-            HostNameMode::PodName => pod.name.clone(),
-            HostNameMode::PodFQDN => match (&pod.hostname, &pod.subdomain) {
-                (Some(h), Some(s)) => format!("{h}.{s}.{}.svc.{}", pod.namespace, ctx.cluster_domain),
-                _ => format!(
-                    "{}.{}.pod.{}",
-                    ip.replace(['.', ':'], "-"),
-                    pod.namespace,
-                    ctx.cluster_domain
-                ),
-            },
-            HostNameMode::NodeIP => pod.host_ip.clone().unwrap_or_else(|| ip.clone()),
-        };
-        let url_host = if host.contains(':') {
-            format!("[{host}]")
-        } else {
-            host.clone()
-        };
-        let port_s = port.to_string();
-        let id = expand(
-            template,
-            &[
-                ("pod.name", &pod.name),
-                ("pod.namespace", &pod.namespace),
-                ("pod.uid", &pod.uid),
-                ("pod.ip", &ip),
-                ("node", pod.node_name.as_deref().unwrap_or("")),
-                ("appName", &app_lower),
-                ("port", &port_s),
-                ("cluster", ctx.cluster_id),
-            ],
-        );
-
-        let mut info = InstanceInfo::new(&app, &host, &ip, ctx.now);
-        info.instance_id = Some(id);
-        info.status = status;
-        info.port = PortInfo { port, enabled: true };
-        if let Some((sp, enabled)) = secure {
-            info.secure_port = PortInfo { port: sp, enabled };
-        } else {
-            info.secure_port = PortInfo {
-                port: 443,
-                enabled: false,
-            };
-        }
-        if let Some(l) = lease {
-            info.lease = l;
-        }
-        info.vip_address = Some(vip.clone());
-        info.secure_vip_address = Some(secure_vip.clone());
-        let mgmt_port = management.unwrap_or(port);
-        let path = |p: &Option<String>, default: &str| p.clone().unwrap_or_else(|| default.to_string());
-        info.home_page_url = Some(format!("http://{url_host}:{port}{}", path(&urls.home_page, "/")));
-        info.status_page_url = Some(format!(
-            "http://{url_host}:{mgmt_port}{}",
-            path(&urls.status_page, "/actuator/info")
-        ));
-        info.health_check_url = Some(format!(
-            "http://{url_host}:{mgmt_port}{}",
-            path(&urls.health_check, "/actuator/health")
-        ));
-        if let Some((sp, true)) = secure {
-            info.secure_health_check_url = Some(format!(
-                "https://{url_host}:{sp}{}",
-                path(&urls.health_check, "/actuator/health")
-            ));
-        }
-
-        // Metadata: static, allow-listed labels and annotations, pod fields, zone, management
-        // port, and the ownership keys last (nothing can overwrite them).
-        let md = &mut info.metadata;
-        if let Some(m) = &spec.metadata {
-            for (k, v) in &m.static_ {
-                md.insert(metadata_key(k), v.clone());
-            }
-            for k in &m.from_labels {
-                if let Some(v) = pod.labels.get(k) {
-                    md.insert(metadata_key(k), v.clone());
-                }
-            }
-            for k in &m.from_annotations {
-                if let Some(v) = pod.annotations.get(k) {
-                    md.insert(metadata_key(k), v.clone());
-                }
-            }
-            for f in &m.pod_fields {
-                let (key, value) = match f {
-                    PodField::Namespace => ("k8s.namespace", Some(pod.namespace.clone())),
-                    PodField::PodName => ("k8s.podName", Some(pod.name.clone())),
-                    PodField::PodUID => ("k8s.podUid", Some(pod.uid.clone())),
-                    PodField::PodIP => ("k8s.podIp", Some(ip.clone())),
-                    PodField::NodeName => ("k8s.node", pod.node_name.clone()),
-                    PodField::ServiceAccount => ("k8s.serviceAccount", pod.service_account.clone()),
-                    PodField::Workload => ("k8s.workload", pod.workload.clone()),
-                };
-                if let Some(v) = value {
-                    md.insert(key, v);
-                }
+            Ok(None) => {}
+            Err(problem) => {
+                plan.held.push(pod.name.clone());
+                plan.problems.push(problem);
             }
         }
-        let zone_spec = spec.zone.clone().unwrap_or(super::crd::ZoneSpec {
-            from_node: true,
-            value: None,
-        });
-        let node_zone = if zone_spec.from_node {
-            pod.node_name.as_ref().and_then(|n| ctx.node_zones.get(n))
-        } else {
-            None
-        };
-        if let Some(zone) = node_zone.cloned().or(zone_spec.value) {
-            md.insert("zone", zone);
-        }
-        if let Some(m) = management {
-            md.insert("management.port", m.to_string());
-        }
-        md.insert(keys::OWNER, keys::OWNER_VALUE);
-        md.insert(keys::CLUSTER, ctx.cluster_id);
-        md.insert(keys::NAMESPACE, pod.namespace.clone());
-        md.insert(keys::EUREKA_APP, target.name);
-        md.insert(keys::POD, pod.name.clone());
-
-        // Overrides: the pod's REST-set annotation; the EurekaApp's first matching selector, else its
-        // app-wide one (the registry decides which applies).
-        let annotated = pod
-            .annotations
-            .get(STATUS_OVERRIDE_ANNOTATION)
-            .and_then(|v| match Status::parse_exact(v) {
-                Some(s) => Some(s),
-                None => {
-                    plan.problems.push(Problem::BadOverrideAnnotation {
-                        pod: pod.name.clone(),
-                        value: v.clone(),
-                    });
-                    None
-                }
-            });
-        let by_selector = spec
-            .status_overrides
-            .iter()
-            .find(|o| selector_matches(&o.selector, &pod.labels).unwrap_or(false))
-            .map(|o| override_status(o.status));
-        let app_wide = spec.status_override.as_ref().map(|o| override_status(o.status));
-        let overrides = PodOverrides {
-            annotation: annotated,
-            spec: by_selector.or(app_wide).unwrap_or(Status::Unknown),
-        };
-
-        plan.desired.push(Desired {
-            owner: PodOwner {
-                namespace: pod.namespace.clone(),
-                eureka_app: target.name.to_string(),
-                pod: pod.name.clone(),
-            },
-            info,
-            overrides,
-        });
     }
     plan
+}
+
+/// The selected pods (finished ones excluded), sorted by name; `Err` for a spec that admission
+/// could not refuse (an empty selector, an unknown operator).
+fn select<'p>(spec: &EurekaAppSpec, pods: impl IntoIterator<Item = &'p PodInfo>) -> Result<Vec<&'p PodInfo>, String> {
+    if selector_is_empty(&spec.selector) {
+        return Err("the selector is empty and would select every pod".into());
+    }
+    let selectors = std::iter::once(&spec.selector).chain(spec.status_overrides.iter().map(|o| &o.selector));
+    for selector in selectors {
+        validate_selector(selector).map_err(|e| format!("invalid selector: {e}"))?;
+    }
+    let mut selected = Vec::new();
+    for pod in pods {
+        if selector_matches(&spec.selector, &pod.labels).map_err(|e| format!("invalid selector: {e}"))?
+            && !pod.finished()
+        {
+            selected.push(pod);
+        }
+    }
+    selected.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(selected)
+}
+
+/// What every instance of one EurekaApp shares.
+struct Common<'a> {
+    target: &'a Target<'a>,
+    app: &'a str,
+    app_lower: String,
+    vip: String,
+    secure_vip: String,
+    template: &'a str,
+    urls: Urls,
+    lease: Option<LeaseTerms>,
+}
+
+impl<'a> Common<'a> {
+    fn of(target: &'a Target<'a>, app: &'a str) -> Common<'a> {
+        let spec = target.spec;
+        let app_lower = app.to_ascii_lowercase();
+        let vip = spec.vip_address.clone().unwrap_or_else(|| app_lower.clone());
+        Common {
+            target,
+            app,
+            secure_vip: spec.secure_vip_address.clone().unwrap_or_else(|| vip.clone()),
+            vip,
+            app_lower,
+            template: spec.instance_id.as_deref().unwrap_or(DEFAULT_INSTANCE_ID),
+            urls: spec.urls.clone().unwrap_or_default(),
+            lease: spec.lease.map(|l| LeaseTerms {
+                renewal_interval_secs: l.renewal_interval_seconds,
+                duration_secs: l.duration_seconds,
+            }),
+        }
+    }
+}
+
+/// The ports one pod's instance uses.
+struct Ports {
+    port: i32,
+    /// The secure port and whether it is enabled.
+    secure: Option<(i32, bool)>,
+    management: Option<i32>,
+}
+
+fn ports(spec: &EurekaAppSpec, pod: &PodInfo) -> Result<Ports, Problem> {
+    let port = match &spec.port {
+        Some(p) => resolve_port(p, pod)?,
+        None => pod
+            .ports
+            .iter()
+            .find(|p| p.protocol == "TCP")
+            .map(|p| p.port)
+            .unwrap_or(8080),
+    };
+    let secure = match &spec.secure_port {
+        Some(s) => Some((resolve_port(&s.port, pod)?, s.enabled)),
+        None => None,
+    };
+    let management = resolve_optional(spec.management_port.as_ref(), pod)?;
+    Ok(Ports {
+        port,
+        secure,
+        management,
+    })
+}
+
+/// The pod IP of the family the EurekaApp asks for. `Ok(None)` while the pod has no IP at all.
+fn pod_ip(spec: &EurekaAppSpec, pod: &PodInfo) -> Result<Option<String>, Problem> {
+    let (family, want_v6) = match spec.ip_family {
+        IpFamily::IPv4 => ("IPv4", false),
+        IpFamily::IPv6 => ("IPv6", true),
+    };
+    match pod.ips.iter().find(|ip| ip.contains(':') == want_v6) {
+        Some(ip) => Ok(Some(ip.clone())),
+        None if pod.ips.is_empty() => Ok(None),
+        None => Err(Problem::NoAddress {
+            pod: pod.name.clone(),
+            family,
+        }),
+    }
+}
+
+/// The instance's `hostName`.
+fn host_name(spec: &EurekaAppSpec, pod: &PodInfo, ip: &str, ctx: &Context<'_>) -> String {
+    match spec.host_name {
+        HostNameMode::PodIP => ip.to_string(),
+        HostNameMode::PodName => pod.name.clone(),
+        HostNameMode::PodFQDN => match (&pod.hostname, &pod.subdomain) {
+            (Some(h), Some(s)) => format!("{h}.{s}.{}.svc.{}", pod.namespace, ctx.cluster_domain),
+            _ => format!(
+                "{}.{}.pod.{}",
+                ip.replace(['.', ':'], "-"),
+                pod.namespace,
+                ctx.cluster_domain
+            ),
+        },
+        HostNameMode::NodeIP => pod.host_ip.clone().unwrap_or_else(|| ip.to_string()),
+    }
+}
+
+/// One pod's instance: `Ok(None)` while it has no address yet, `Err` for a problem that keeps it
+/// from being planned (its current instance, if any, is then kept as it is). Problems that do not
+/// (a bad override annotation) are pushed to `problems`.
+fn pod_instance(
+    c: &Common<'_>,
+    pod: &PodInfo,
+    status: Status,
+    ctx: &Context<'_>,
+    problems: &mut Vec<Problem>,
+) -> Result<Option<Desired>, Problem> {
+    let spec = c.target.spec;
+    let Some(ip) = pod_ip(spec, pod)? else {
+        return Ok(None);
+    };
+    let ports = ports(spec, pod)?;
+    let host = host_name(spec, pod, &ip, ctx);
+    let port_s = ports.port.to_string();
+    let id = expand(
+        c.template,
+        &[
+            ("pod.name", &pod.name),
+            ("pod.namespace", &pod.namespace),
+            ("pod.uid", &pod.uid),
+            ("pod.ip", &ip),
+            ("node", pod.node_name.as_deref().unwrap_or("")),
+            ("appName", &c.app_lower),
+            ("port", &port_s),
+            ("cluster", ctx.cluster_id),
+        ],
+    );
+    let mut info = InstanceInfo::new(c.app, &host, &ip, ctx.now);
+    info.instance_id = Some(id);
+    info.status = status;
+    info.port = PortInfo {
+        port: ports.port,
+        enabled: true,
+    };
+    info.secure_port = match ports.secure {
+        Some((port, enabled)) => PortInfo { port, enabled },
+        None => PortInfo {
+            port: 443,
+            enabled: false,
+        },
+    };
+    if let Some(l) = c.lease {
+        info.lease = l;
+    }
+    info.vip_address = Some(c.vip.clone());
+    info.secure_vip_address = Some(c.secure_vip.clone());
+    set_urls(&mut info, &c.urls, &host, &ports);
+    set_metadata(&mut info.metadata, c.target, pod, &ip, ports.management, ctx);
+    let overrides = overrides(spec, pod, problems);
+    Ok(Some(Desired {
+        owner: PodOwner {
+            namespace: pod.namespace.clone(),
+            eureka_app: c.target.name.to_string(),
+            pod: pod.name.clone(),
+        },
+        info,
+        overrides,
+    }))
+}
+
+/// Home, status and health URLs (status and health on the management port if there is one).
+fn set_urls(info: &mut InstanceInfo, urls: &Urls, host: &str, ports: &Ports) {
+    let url_host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    };
+    let port = ports.port;
+    let mgmt = ports.management.unwrap_or(port);
+    let path = |p: &Option<String>, default: &str| p.clone().unwrap_or_else(|| default.to_string());
+    info.home_page_url = Some(format!("http://{url_host}:{port}{}", path(&urls.home_page, "/")));
+    info.status_page_url = Some(format!(
+        "http://{url_host}:{mgmt}{}",
+        path(&urls.status_page, "/actuator/info")
+    ));
+    info.health_check_url = Some(format!(
+        "http://{url_host}:{mgmt}{}",
+        path(&urls.health_check, "/actuator/health")
+    ));
+    if let Some((sp, true)) = ports.secure {
+        info.secure_health_check_url = Some(format!(
+            "https://{url_host}:{sp}{}",
+            path(&urls.health_check, "/actuator/health")
+        ));
+    }
+}
+
+/// Metadata: static, allow-listed labels and annotations, pod fields, zone, management port, and
+/// the ownership keys last (nothing can overwrite them).
+fn set_metadata(
+    md: &mut crate::registry::instance::Metadata,
+    target: &Target<'_>,
+    pod: &PodInfo,
+    ip: &str,
+    management: Option<i32>,
+    ctx: &Context<'_>,
+) {
+    let spec = target.spec;
+    if let Some(m) = &spec.metadata {
+        for (k, v) in &m.static_ {
+            md.insert(metadata_key(k), v.clone());
+        }
+        for k in &m.from_labels {
+            if let Some(v) = pod.labels.get(k) {
+                md.insert(metadata_key(k), v.clone());
+            }
+        }
+        for k in &m.from_annotations {
+            if let Some(v) = pod.annotations.get(k) {
+                md.insert(metadata_key(k), v.clone());
+            }
+        }
+        for f in &m.pod_fields {
+            let (key, value) = match f {
+                PodField::Namespace => ("k8s.namespace", Some(pod.namespace.clone())),
+                PodField::PodName => ("k8s.podName", Some(pod.name.clone())),
+                PodField::PodUID => ("k8s.podUid", Some(pod.uid.clone())),
+                PodField::PodIP => ("k8s.podIp", Some(ip.to_string())),
+                PodField::NodeName => ("k8s.node", pod.node_name.clone()),
+                PodField::ServiceAccount => ("k8s.serviceAccount", pod.service_account.clone()),
+                PodField::Workload => ("k8s.workload", pod.workload.clone()),
+            };
+            if let Some(v) = value {
+                md.insert(key, v);
+            }
+        }
+    }
+    let zone_spec = spec.zone.clone().unwrap_or(super::crd::ZoneSpec {
+        from_node: true,
+        value: None,
+    });
+    let node_zone = if zone_spec.from_node {
+        pod.node_name.as_ref().and_then(|n| ctx.node_zones.get(n))
+    } else {
+        None
+    };
+    if let Some(zone) = node_zone.cloned().or(zone_spec.value) {
+        md.insert("zone", zone);
+    }
+    if let Some(m) = management {
+        md.insert("management.port", m.to_string());
+    }
+    md.insert(keys::OWNER, keys::OWNER_VALUE);
+    md.insert(keys::CLUSTER, ctx.cluster_id);
+    md.insert(keys::NAMESPACE, pod.namespace.clone());
+    md.insert(keys::EUREKA_APP, target.name);
+    md.insert(keys::POD, pod.name.clone());
+}
+
+/// The overrides Kubernetes holds for a pod: its REST-set annotation; the EurekaApp's first
+/// matching selector, else its app-wide one (the registry decides which applies).
+fn overrides(spec: &EurekaAppSpec, pod: &PodInfo, problems: &mut Vec<Problem>) -> PodOverrides {
+    let annotated = pod
+        .annotations
+        .get(STATUS_OVERRIDE_ANNOTATION)
+        .and_then(|v| match Status::parse_exact(v) {
+            Some(s) => Some(s),
+            None => {
+                problems.push(Problem::BadOverrideAnnotation {
+                    pod: pod.name.clone(),
+                    value: v.clone(),
+                });
+                None
+            }
+        });
+    let by_selector = spec
+        .status_overrides
+        .iter()
+        .find(|o| selector_matches(&o.selector, &pod.labels).unwrap_or(false))
+        .map(|o| override_status(o.status));
+    let app_wide = spec.status_override.as_ref().map(|o| override_status(o.status));
+    PodOverrides {
+        annotation: annotated,
+        spec: by_selector.or(app_wide).unwrap_or(Status::Unknown),
+    }
 }
 
 #[cfg(test)]

@@ -136,7 +136,7 @@ impl LimitExceeded {
 mod tests {
     use super::*;
     use crate::registry::{
-        Command, PodOverrides, PodOwner, Registry, RegistryConfig, Reply, Source, instance::Metadata,
+        Command, PodOverrides, PodOwner, Registry, RegistryConfig, Reply, Writer, instance::Metadata,
     };
 
     fn registry(limits: Limits) -> Registry {
@@ -159,7 +159,7 @@ mod tests {
         r.apply(
             Command::Register {
                 info,
-                source: Source::Client,
+                writer: Writer::Client,
             },
             1,
         )
@@ -228,7 +228,7 @@ mod tests {
         let cancel = Command::Cancel {
             app: "A".into(),
             id: "a1".into(),
-            source: Source::Client,
+            writer: Writer::Client,
         };
         assert_eq!(r.apply(cancel, 2).reply, Reply::Ok);
         assert_eq!(register(&mut r, sized("a4", 400)), Reply::Registered);

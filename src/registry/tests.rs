@@ -22,7 +22,7 @@ fn register(r: &mut Registry, i: InstanceInfo, now: i64) -> Outcome {
     r.apply(
         Command::Register {
             info: i,
-            source: Source::Client,
+            writer: Writer::Client,
         },
         now,
     )
@@ -33,7 +33,7 @@ fn renew(r: &mut Registry, app: &str, id: &str, now: i64) -> Reply {
         Command::Renew {
             app: app.into(),
             id: id.into(),
-            source: Source::Client,
+            writer: Writer::Client,
             overridden_status: None,
             last_dirty_timestamp: None,
         },
@@ -80,7 +80,7 @@ fn register_renew_cancel_round_trip() {
         Command::Cancel {
             app: "ORDERS".into(),
             id: "o-1".into(),
-            source: Source::Client,
+            writer: Writer::Client,
         },
         T0 + 61_000,
     );
@@ -93,7 +93,7 @@ fn register_renew_cancel_round_trip() {
         Command::Cancel {
             app: "ORDERS".into(),
             id: "o-1".into(),
-            source: Source::Client,
+            writer: Writer::Client,
         },
         T0 + 62_000,
     );
@@ -106,29 +106,29 @@ fn replicated_writes_are_marked_as_such() {
     let out = r.apply(
         Command::Register {
             info: inst("orders", "o-1"),
-            source: Source::Peer,
+            writer: Writer::REPLICA,
         },
         T0,
     );
     assert_eq!(out.reply, Reply::Registered);
     assert_eq!(
-        out.replicate[0].source,
-        Source::Peer,
+        out.replicate[0].writer,
+        Writer::REPLICA,
         "the replicator must not send it back"
     );
     let out = r.apply(
         Command::Renew {
             app: "ORDERS".into(),
             id: "o-1".into(),
-            source: Source::Peer,
+            writer: Writer::REPLICA,
             overridden_status: None,
             last_dirty_timestamp: None,
         },
         T0 + 1,
     );
     assert_eq!(out.reply, Reply::Ok);
-    assert_eq!(out.replicate[0].source, Source::Peer);
-    assert_eq!(r.instance("ORDERS", "o-1", T0).unwrap().origin, OriginKind::Replicated);
+    assert_eq!(out.replicate[0].writer, Writer::REPLICA);
+    assert_eq!(r.instance("ORDERS", "o-1", T0).unwrap().origin, Origin::Replicated);
 }
 
 #[test]
@@ -137,18 +137,18 @@ fn renew_arbitrates_by_last_dirty_timestamp() {
     let mut i = inst("orders", "o-1");
     i.last_dirty_timestamp = 1_000;
     register(&mut r, i, T0);
-    let hb = |source, ldt, o| Command::Renew {
+    let hb = |writer, ldt, o| Command::Renew {
         app: "ORDERS".into(),
         id: "o-1".into(),
-        source,
+        writer,
         overridden_status: o,
         last_dirty_timestamp: Some(ldt),
     };
     // The caller is newer: it must re-register (the lease was renewed anyway).
-    assert_eq!(r.apply(hb(Source::Client, 2_000, None), T0 + 1).reply, Reply::NotFound);
+    assert_eq!(r.apply(hb(Writer::Client, 2_000, None), T0 + 1).reply, Reply::NotFound);
     // A peer that is newer also carries its override, which is stored.
     assert_eq!(
-        r.apply(hb(Source::Peer, 2_000, Some(Status::OutOfService)), T0 + 2)
+        r.apply(hb(Writer::REPLICA, 2_000, Some(Status::OutOfService)), T0 + 2)
             .reply,
         Reply::NotFound
     );
@@ -157,12 +157,12 @@ fn renew_arbitrates_by_last_dirty_timestamp() {
         Status::OutOfService
     );
     // We are newer: a peer gets 409 with our copy, a client just 200.
-    match r.apply(hb(Source::Peer, 500, None), T0 + 3).reply {
+    match r.apply(hb(Writer::REPLICA, 500, None), T0 + 3).reply {
         Reply::Conflict(view) => assert_eq!(view.info.last_dirty_timestamp, 1_000),
         other => panic!("expected a conflict, got {other:?}"),
     }
-    assert_eq!(r.apply(hb(Source::Client, 500, None), T0 + 4).reply, Reply::Ok);
-    assert_eq!(r.apply(hb(Source::Peer, 1_000, None), T0 + 5).reply, Reply::Ok);
+    assert_eq!(r.apply(hb(Writer::Client, 500, None), T0 + 4).reply, Reply::Ok);
+    assert_eq!(r.apply(hb(Writer::REPLICA, 1_000, None), T0 + 5).reply, Reply::Ok);
 }
 
 #[test]
@@ -178,7 +178,7 @@ fn a_stale_registration_keeps_the_stored_copy_but_a_new_lease() {
     let out = r.apply(
         Command::Register {
             info: older,
-            source: Source::Peer,
+            writer: Writer::REPLICA,
         },
         T0 + 5_000,
     );
@@ -206,7 +206,7 @@ fn status_override_sticks_across_re_registration_and_delete_forces_re_register()
         id: "o-1".into(),
         status: Status::OutOfService,
         last_dirty_timestamp: Some(T0 + 10),
-        source: Source::Client,
+        writer: Writer::Client,
     };
     let out = r.apply(set, T0 + 10);
     assert_eq!(out.reply, Reply::Ok);
@@ -243,7 +243,7 @@ fn status_override_sticks_across_re_registration_and_delete_forces_re_register()
         id: "o-1".into(),
         status: Status::Unknown,
         last_dirty_timestamp: None,
-        source: Source::Client,
+        writer: Writer::Client,
     };
     let out = r.apply(del, T0 + 60);
     assert_eq!(out.reply, Reply::Ok);
@@ -267,7 +267,7 @@ fn setting_the_current_status_records_no_override() {
             id: "o-1".into(),
             status: Status::Up,
             last_dirty_timestamp: None,
-            source: Source::Client,
+            writer: Writer::Client,
         },
         T0 + 1,
     );
@@ -283,7 +283,7 @@ fn setting_the_current_status_records_no_override() {
         id: "zzz".into(),
         status: Status::Down,
         last_dirty_timestamp: None,
-        source: Source::Client,
+        writer: Writer::Client,
     };
     assert_eq!(r.apply(missing, T0).reply, Reply::NotFound);
 }
@@ -298,7 +298,7 @@ fn delete_override_with_a_value_sets_it_at_once() {
             id: "o-1".into(),
             status: Status::OutOfService,
             last_dirty_timestamp: None,
-            source: Source::Client,
+            writer: Writer::Client,
         },
         T0,
     );
@@ -308,7 +308,7 @@ fn delete_override_with_a_value_sets_it_at_once() {
             id: "o-1".into(),
             status: Status::Up,
             last_dirty_timestamp: None,
-            source: Source::Client,
+            writer: Writer::Client,
         },
         T0 + 1,
     );
@@ -324,7 +324,7 @@ fn a_registration_carrying_an_override_creates_it() {
     r.apply(
         Command::Register {
             info: i,
-            source: Source::Peer,
+            writer: Writer::REPLICA,
         },
         T0,
     );
@@ -334,7 +334,7 @@ fn a_registration_carrying_an_override_creates_it() {
         Command::Cancel {
             app: "ORDERS".into(),
             id: "o-1".into(),
-            source: Source::Client,
+            writer: Writer::Client,
         },
         T0 + 1,
     );
@@ -380,7 +380,7 @@ fn delta_shows_current_state_and_is_pruned_after_retention() {
             id: "o-1".into(),
             status: Status::Down,
             last_dirty_timestamp: None,
-            source: Source::Client,
+            writer: Writer::Client,
         },
         T0 + 3_000,
     );
@@ -402,6 +402,33 @@ fn delta_shows_current_state_and_is_pruned_after_retention() {
     r.purge(T0 + 184_000);
     assert!(delta_ids(&r).is_empty());
     assert_eq!(r.full_view().apps.iter().map(|a| a.instances.len()).sum::<usize>(), 3);
+}
+
+#[test]
+fn delta_lists_an_applications_removed_instances_after_the_others() {
+    // Netflix's client adopts the delta's application object at its first ADDED or MODIFIED entry
+    // when it does not know the application yet; a DELETED entry before that would stick.
+    let mut r = registry();
+    register(&mut r, inst("orders", "a-gone"), T0);
+    register(&mut r, inst("orders", "b-here"), T0 + 1_000);
+    register(&mut r, inst("orders", "c-here"), T0 + 2_000);
+    let out = r.apply(
+        Command::Cancel {
+            app: "ORDERS".into(),
+            id: "a-gone".into(),
+            writer: Writer::Client,
+        },
+        T0 + 3_000,
+    );
+    assert_eq!(out.reply, Reply::Ok);
+    assert_eq!(
+        delta_ids(&r),
+        vec![
+            ("b-here".to_string(), ActionType::Added),
+            ("c-here".to_string(), ActionType::Added),
+            ("a-gone".to_string(), ActionType::Deleted),
+        ]
+    );
 }
 
 #[test]
@@ -451,7 +478,7 @@ fn threshold_follows_registrations_and_cancels() {
         Command::Cancel {
             app: "ORDERS".into(),
             id: "o-1".into(),
-            source: Source::Client,
+            writer: Writer::Client,
         },
         T0 + 2,
     );
@@ -496,7 +523,7 @@ fn self_preservation_holds_eviction_until_renews_exceed_the_threshold() {
     assert!(
         victims
             .iter()
-            .all(|v| v.action == Action::Cancel && v.source == Source::Expiry)
+            .all(|v| v.action == Action::Cancel && v.writer == Writer::Expiry)
     );
     assert_eq!(r.full_view().apps[0].instances.len(), 8);
     // The expectation dropped with each eviction: 11 - 2 = 9 → threshold (int)(9×2×0.85) = 15.
@@ -641,7 +668,7 @@ fn pod_instances_are_owned_by_the_controller() {
     };
     let out = r.apply(upsert(pod("orders", "p-1", Status::Up), "p-1"), T0);
     assert_eq!(out.reply, Reply::Registered);
-    assert_eq!(out.replicate[0].origin, OriginKind::Pod);
+    assert_eq!(out.replicate[0].origin, Origin::Pod);
     // The same desired state again changes nothing.
     let v = r.version();
     assert_eq!(
@@ -669,7 +696,7 @@ fn pod_instances_are_owned_by_the_controller() {
         Command::Cancel {
             app: "ORDERS".into(),
             id: "p-1".into(),
-            source: Source::Client,
+            writer: Writer::Client,
         },
         T0 + 3,
     );
@@ -756,14 +783,14 @@ fn pod_overrides_combine_owner_and_rest_layers() {
         id: "p-1".into(),
         status,
         last_dirty_timestamp: None,
-        source: Source::Client,
+        writer: Writer::Client,
     };
     let delete = || Command::DeleteStatusOverride {
         app: "ORDERS".into(),
         id: "p-1".into(),
         status: Status::Unknown,
         last_dirty_timestamp: None,
-        source: Source::Client,
+        writer: Writer::Client,
     };
     r.apply(up(Status::OutOfService), T0);
     assert_eq!(status_of(&mut r, "ORDERS", "p-1"), Status::OutOfService);
@@ -849,7 +876,7 @@ fn renew_corrects_a_status_and_logs_it_for_deltas() {
         Command::Renew {
             app: "ORDERS".into(),
             id: "o-1".into(),
-            source: Source::Peer,
+            writer: Writer::REPLICA,
             overridden_status: Some(Status::OutOfService),
             last_dirty_timestamp: Some(T0 + 100),
         },
@@ -907,7 +934,7 @@ fn a_dirty_timestamp_at_the_end_of_time_does_not_overflow() {
         id: "p-1".into(),
         status,
         last_dirty_timestamp: Some(i64::MAX),
-        source: Source::Client,
+        writer: Writer::Client,
     };
     r.apply(set(Status::OutOfService), T0 + 1);
     r.apply(set(Status::Up), T0 + 2);
@@ -925,7 +952,7 @@ fn an_application_whose_last_instance_goes_is_forgotten() {
         Command::Cancel {
             app: "ORDERS".into(),
             id: "o-1".into(),
-            source: Source::Client,
+            writer: Writer::Client,
         },
         T0 + 1,
     );
@@ -936,4 +963,30 @@ fn an_application_whose_last_instance_goes_is_forgotten() {
     assert_eq!(r.delta_view().apps.len(), 1);
     register(&mut r, inst("orders", "o-2"), T0 + 2);
     assert_eq!(r.app_view("ORDERS").unwrap().instances.len(), 1);
+}
+
+#[test]
+fn a_replicated_eviction_spares_a_lease_that_renewed_here() {
+    let mut r = registry();
+    register(&mut r, inst("ORDERS", "live"), T0);
+    register(&mut r, inst("ORDERS", "dead"), T0);
+    // `live` keeps renewing on this replica; the leader never saw those renewals.
+    renew(&mut r, "ORDERS", "live", T0 + 80_000);
+    let evict = |id: &str| Command::Evict {
+        app: "ORDERS".into(),
+        id: id.into(),
+    };
+    let now = T0 + 100_000;
+    let out = r.apply(evict("live"), now);
+    assert!(matches!(out.reply, Reply::Refused(_)), "{:?}", out.reply);
+    assert!(r.contains("ORDERS", "live"));
+    let out = r.apply(evict("dead"), now);
+    assert_eq!(out.reply, Reply::Ok);
+    assert!(!r.contains("ORDERS", "dead"));
+    assert_eq!(
+        out.replicate[0].writer,
+        Writer::REPLICA,
+        "a replicated eviction goes no further"
+    );
+    assert_eq!(r.apply(evict("dead"), now).reply, Reply::NotFound);
 }

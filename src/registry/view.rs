@@ -19,7 +19,7 @@ pub struct LeaseView {
 
 /// Where an instance came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum OriginKind {
+pub enum Origin {
     /// Registered by a Eureka client over HTTP.
     Native,
     /// Registered through a peer's replication.
@@ -28,12 +28,12 @@ pub enum OriginKind {
     Pod,
 }
 
-impl OriginKind {
+impl Origin {
     pub fn as_str(self) -> &'static str {
         match self {
-            OriginKind::Native => "native",
-            OriginKind::Replicated => "replicated",
-            OriginKind::Pod => "pod",
+            Origin::Native => "native",
+            Origin::Replicated => "replicated",
+            Origin::Pod => "pod",
         }
     }
 }
@@ -43,7 +43,7 @@ impl OriginKind {
 pub struct InstanceView {
     pub info: Arc<InstanceInfo>,
     pub lease: LeaseView,
-    pub origin: OriginKind,
+    pub origin: Origin,
 }
 
 impl InstanceView {

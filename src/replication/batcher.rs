@@ -3,6 +3,11 @@
 //! heartbeats coalesce), a bound with the oldest dropped first, an age limit, batches of at most
 //! 250 sent when full or when the oldest has waited long enough, and retry backoff by failure
 //! class. Time is passed in.
+//!
+//! A task's age counts from when the write was first enqueued: a batch that failed goes back
+//! with its tasks' original times, so during an outage tasks expire after the age limit however
+//! often they were retried, and a stale `Cancel` can never reach a peer after the instance
+//! re-registered elsewhere.
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -25,23 +30,38 @@ struct Key {
 
 #[derive(Clone, Debug)]
 struct Task {
+    /// What to send.
     record: Replication,
+    /// When the write was first enqueued (kept across retries).
     enqueued: Instant,
+    /// Its place in `order`; an `order` entry with another seq is stale.
     seq: u64,
+}
+
+/// A task taken for sending, with the time it was first enqueued (to requeue it on failure).
+#[derive(Clone, Debug)]
+pub struct Taken {
+    pub record: Replication,
+    pub enqueued: Instant,
 }
 
 /// Limits of one queue.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
+    /// Pending tasks before the oldest are dropped (`--max-elements-in-peer-replication-pool`).
     pub capacity: usize,
+    /// Tasks older than this are dropped, never sent (`--max-time-for-replication`).
     pub max_age: Duration,
+    /// Longest a task waits for others to batch with (`--replication-max-batching-delay-ms`).
     pub max_delay: Duration,
 }
 
 /// Counters of what the queue did with tasks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Dropped {
+    /// Dropped because the queue was full.
     pub overflow: u64,
+    /// Dropped because they were older than the age limit.
     pub expired: u64,
 }
 
@@ -148,7 +168,7 @@ impl Batcher {
     }
 
     /// Takes up to [`MAX_BATCH`] tasks in order, dropping those older than the age limit.
-    pub fn take(&mut self, now: Instant) -> Vec<Replication> {
+    pub fn take(&mut self, now: Instant) -> Vec<Taken> {
         let mut batch = Vec::new();
         while batch.len() < MAX_BATCH {
             let Some((key, _)) = self.pop_live() else { break };
@@ -157,14 +177,28 @@ impl Batcher {
                 self.dropped.expired += 1;
                 continue;
             }
-            batch.push(task.record);
+            batch.push(Taken {
+                record: task.record,
+                enqueued: task.enqueued,
+            });
         }
         batch
     }
 
-    /// Puts a failed batch back in front, unless a newer task for the same key arrived meanwhile.
-    pub fn requeue(&mut self, batch: Vec<Replication>, enqueued: Instant) {
-        for record in batch.into_iter().rev() {
+    /// Drops every task older than the age limit (so a peer that stays away does not hold on to
+    /// writes that may no longer be sent).
+    pub fn expire(&mut self, now: Instant) {
+        let max_age = self.limits.max_age;
+        let before = self.tasks.len();
+        self.tasks.retain(|_, t| now.duration_since(t.enqueued) <= max_age);
+        self.dropped.expired += (before - self.tasks.len()) as u64;
+        self.compact();
+    }
+
+    /// Puts a failed batch back in front, with the times its tasks were first enqueued, unless a
+    /// newer task for the same key arrived meanwhile.
+    pub fn requeue(&mut self, batch: Vec<Taken>) {
+        for Taken { record, enqueued } in batch.into_iter().rev() {
             let key = Key {
                 action: record.action,
                 app: record.app.clone(),
@@ -198,7 +232,10 @@ pub enum Failure {
     Congestion,
     /// Connection refused, reset, DNS: the peer is away.
     Network,
-    /// Any other answer: retrying will not help; the batch is dropped.
+    /// 401 or 403: the peer refuses our credentials. Retried (an operator fixes the Secret),
+    /// reported in the log, the metrics and `/readyz`, and the tasks age out meanwhile.
+    Unauthorized,
+    /// Any other answer: retrying will not help; the batch is dropped (and counted).
     Permanent,
 }
 
@@ -220,7 +257,7 @@ impl Backoff {
     pub fn failure(&mut self, class: Failure) -> Duration {
         self.failures = self.failures.saturating_add(1);
         let base = match class {
-            Failure::Congestion => Duration::from_millis(1000),
+            Failure::Congestion | Failure::Unauthorized => Duration::from_millis(1000),
             Failure::Network => Duration::from_millis(100),
             Failure::Permanent => return Duration::ZERO,
         };
@@ -232,7 +269,7 @@ impl Backoff {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::{Source, instance::Status, view::OriginKind};
+    use crate::registry::{Writer, instance::Status, view::Origin};
 
     fn rec(action: Action, id: &str, status: Status) -> Replication {
         Replication {
@@ -243,8 +280,8 @@ mod tests {
             status: Some(status),
             overridden_status: None,
             instance: None,
-            origin: OriginKind::Native,
-            source: Source::Client,
+            origin: Origin::Native,
+            writer: Writer::Client,
         }
     }
 
@@ -271,8 +308,10 @@ mod tests {
         assert!(!b.ready(t0));
         assert!(b.ready(t0 + Duration::from_millis(100)));
         let batch = b.take(t0);
-        let seen: Vec<(Action, &str, Option<Status>)> =
-            batch.iter().map(|r| (r.action, r.id.as_str(), r.status)).collect();
+        let seen: Vec<(Action, &str, Option<Status>)> = batch
+            .iter()
+            .map(|t| (t.record.action, t.record.id.as_str(), t.record.status))
+            .collect();
         assert_eq!(
             seen,
             vec![
@@ -296,11 +335,15 @@ mod tests {
         }
         assert_eq!(b.len(), 3);
         assert_eq!(b.dropped.overflow, 1);
-        let ids: Vec<String> = b.take(t0).into_iter().map(|r| r.id).collect();
+        let ids: Vec<String> = b.take(t0).into_iter().map(|t| t.record.id).collect();
         assert_eq!(ids, vec!["b", "c", "d"]);
         b.push(rec(Action::Heartbeat, "old", Status::Up), t0);
         b.push(rec(Action::Heartbeat, "new", Status::Up), t0 + Duration::from_secs(31));
-        let ids: Vec<String> = b.take(t0 + Duration::from_secs(31)).into_iter().map(|r| r.id).collect();
+        let ids: Vec<String> = b
+            .take(t0 + Duration::from_secs(31))
+            .into_iter()
+            .map(|t| t.record.id)
+            .collect();
         assert_eq!(ids, vec!["new"]);
         assert_eq!(b.dropped.expired, 1);
     }
@@ -327,8 +370,9 @@ mod tests {
         let batch = b.take(t0);
         b.push(rec(Action::Heartbeat, "c", Status::Up), t0);
         b.push(rec(Action::Heartbeat, "b", Status::Down), t0);
-        b.requeue(batch, t0);
-        let got: Vec<(String, Option<Status>)> = b.take(t0).into_iter().map(|r| (r.id, r.status)).collect();
+        b.requeue(batch);
+        let got: Vec<(String, Option<Status>)> =
+            b.take(t0).into_iter().map(|t| (t.record.id, t.record.status)).collect();
         assert_eq!(
             got,
             vec![
@@ -337,6 +381,31 @@ mod tests {
                 ("b".into(), Some(Status::Down))
             ]
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retried_tasks_age_from_their_first_enqueue() {
+        // A peer is away: the same batch fails again and again. After the age limit its tasks
+        // are dropped, not sent late (a stale Cancel must never remove a re-registered instance).
+        let t0 = Instant::now();
+        let mut b = Batcher::new(limits(100));
+        b.push(rec(Action::Cancel, "a", Status::Up), t0);
+        let mut now = t0;
+        for _ in 0..10 {
+            now += Duration::from_secs(5);
+            let batch = b.take(now);
+            if batch.is_empty() {
+                break;
+            }
+            b.requeue(batch);
+        }
+        assert!(b.take(t0 + Duration::from_secs(31)).is_empty());
+        assert_eq!(b.dropped.expired, 1);
+        // `expire` drops old tasks without sending anything.
+        b.push(rec(Action::Heartbeat, "b", Status::Up), now);
+        b.expire(now + Duration::from_secs(31));
+        assert!(b.is_empty());
+        assert_eq!(b.dropped.expired, 2);
     }
 
     #[test]

@@ -1,64 +1,72 @@
 //! Start-up sync (Java's `syncUp`): before a replica reports ready, it fills its registry from
-//! its peers' full registries, registering every instance as a replicated write. Pod instances
-//! of this cluster are skipped: the controller derives those from its own watch.
+//! its ready peers' full registries, registering every instance as a replicated write. Pod
+//! instances of this cluster are skipped: the controller derives those from its own watch (and
+//! the replica is not complete until it has).
 
 use std::time::Duration;
 
-use super::{PeerKind, client::PeerClient, client::PeerUrl, owned_by};
+use super::{Peer, client::PeerClient, owned_by};
 use crate::{
-    registry::{Command, Reply, Source},
-    state::{AppState, Writer},
+    registry::{Command, PeerKind, Reply, Writer},
+    state::AppState,
 };
 
 /// How hard to try.
 #[derive(Clone, Copy, Debug)]
 pub struct Retries {
+    /// Attempts while nothing was found and a replica did not answer.
     pub attempts: u32,
+    /// Wait between attempts.
     pub wait: Duration,
 }
 
-/// Fills the registry from `peers`; returns how many instances were registered. Retries (up to
-/// `retries`) only while nothing was found and one of our replicas did not answer (Java peers
-/// are asked once: a migration must not hold a replica back); with no peer it returns at once.
+/// Fills the registry from the ready `peers`; returns how many instances were registered.
+/// Retries (up to `retries`) only while nothing was found and one of our replicas did not answer
+/// (Java peers are asked once: a migration must not hold a replica back); with no peer it returns
+/// at once. `cluster_id` names this cluster's pod instances, which are skipped.
+#[tracing::instrument(name = "startup_sync", skip_all, fields(peers = peers.len()))]
 pub async fn sync(
     state: &AppState,
     client: &PeerClient,
-    peers: &[(PeerUrl, PeerKind)],
-    cluster_id: &str,
+    peers: &[Peer],
+    cluster_id: Option<&str>,
     retries: Retries,
 ) -> i64 {
     if peers.is_empty() {
         return 0;
     }
     let mut count = 0;
-    for attempt in 0..retries.attempts.max(1) {
+    for attempt in 0..retries.attempts {
         if attempt > 0 {
             tokio::time::sleep(retries.wait).await;
         }
         let mut unreachable = 0;
-        for (url, kind) in peers {
-            match client.fetch(url, *kind == PeerKind::Replica).await {
+        for peer in peers {
+            let own = peer.kind == PeerKind::Replica;
+            match client.fetch(&peer.url, own).await {
                 Ok(instances) => {
                     let n = instances.len();
-                    for info in instances.into_iter().filter(|i| !owned_by(i, cluster_id)) {
-                        let outcome = state.apply(
-                            Command::Register {
-                                info,
-                                source: Source::Peer,
-                            },
-                            Writer::Replica,
-                        );
+                    let theirs = instances
+                        .into_iter()
+                        .filter(|i| !cluster_id.is_some_and(|c| owned_by(i, c)));
+                    for info in theirs {
+                        // As if one of our replicas sent it: it goes no further (every replica
+                        // syncs itself).
+                        let outcome = state.apply(Command::Register {
+                            info,
+                            writer: Writer::REPLICA,
+                        });
                         if outcome.reply == Reply::Registered {
                             count += 1;
                         }
                     }
-                    tracing::info!(peer = %url.display(), instances = n, "synced the registry from a peer");
+                    tracing::info!(peer = %peer.url.display(), instances = n, "synced the registry from a peer");
                 }
                 Err(e) => {
-                    if *kind == PeerKind::Replica {
+                    if own {
                         unreachable += 1;
                     }
-                    tracing::info!(peer = %url.display(), error = %e, attempt, "could not sync from a peer");
+                    tracing::warn!(peer = %peer.url.display(), error = %e, attempt, "could not sync from a peer");
                 }
             }
         }

@@ -10,7 +10,11 @@ use axum::{
 };
 use base64::Engine;
 use eureka_operator::{
-    api::{self, Api, auth::Credentials},
+    api::{
+        self, Api,
+        auth::{self, Access},
+    },
+    health::Health,
     metrics::Metrics,
     registry::{Registry, RegistryConfig},
     state::{AppState, Clock, SystemClock},
@@ -19,7 +23,12 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tower::ServiceExt;
 
-fn app_with(disable_delta: bool, credentials: Option<Credentials>) -> (Router, AppState) {
+fn app_with(disable_delta: bool, access: Option<Access>) -> (Router, AppState) {
+    let health = Health::new(Arc::new(std::sync::atomic::AtomicBool::new(true)));
+    app_full(disable_delta, access, health)
+}
+
+fn app_full(disable_delta: bool, access: Option<Access>, health: Arc<Health>) -> (Router, AppState) {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let state = AppState::new(
         Registry::new(RegistryConfig::default(), clock.now_ms()),
@@ -31,6 +40,7 @@ fn app_with(disable_delta: bool, credentials: Option<Credentials>) -> (Router, A
     let api = Api {
         state: state.clone(),
         metrics: Metrics::new(),
+        health,
         max_body: 64 * 1024,
         input: Default::default(),
         started_at: clock.now_ms(),
@@ -39,7 +49,7 @@ fn app_with(disable_delta: bool, credentials: Option<Credentials>) -> (Router, A
         leadership: None,
         identity: Arc::new(api::identity("test-1", "127.0.0.1", 8761, clock.now_ms())),
     };
-    (api::router(api, credentials), state)
+    (api::router(api, access), state)
 }
 
 fn app() -> (Router, AppState) {
@@ -686,7 +696,8 @@ async fn peer_batch_dispatches_each_action() {
 
 #[tokio::test]
 async fn basic_auth_guards_the_api_and_the_dashboard() {
-    let (app, _) = app_with(false, Some(Credentials::new("eureka", "pw")));
+    let access = auth::configure((Some("eureka"), Some("pw"), None), (None, None, None)).unwrap();
+    let (app, _) = app_with(false, access);
     for uri in ["/eureka/apps", "/", "/lastn"] {
         let r = call(&app, req("GET", uri).body(Body::empty()).unwrap()).await;
         assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{uri}");
@@ -728,6 +739,89 @@ async fn basic_auth_guards_the_api_and_the_dashboard() {
     )
     .await;
     assert!(r.text().contains("ORDERS"));
+}
+
+fn basic(user: &str, password: &str) -> String {
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+    )
+}
+
+#[tokio::test]
+async fn only_the_peer_credentials_may_replicate() {
+    let access = auth::configure((Some("app"), Some("a"), None), (Some("peer"), Some("p"), None)).unwrap();
+    let (app, state) = app_with(false, access);
+    let (client, peer) = (basic("app", "a"), basic("peer", "p"));
+    let register = |token: &str, marker: Option<(&'static str, &'static str)>, id: &str| {
+        let mut b = req("POST", "/eureka/apps/ORDERS")
+            .header("authorization", token)
+            .header("content-type", "application/json");
+        if let Some((k, v)) = marker {
+            b = b.header(k, v);
+        }
+        b.body(Body::from(instance_json("ORDERS", id))).unwrap()
+    };
+    // A client may register, but not pretend to be a peer with either marker.
+    assert_eq!(
+        call(&app, register(&client, None, "c-1")).await.status,
+        StatusCode::NO_CONTENT
+    );
+    for marker in [
+        ("x-netflix-discovery-replication", "true"),
+        ("x-eureka-operator-replica", "r-1"),
+    ] {
+        let r = call(&app, register(&client, Some(marker), "forged")).await;
+        assert_eq!(r.status, StatusCode::FORBIDDEN, "{marker:?}");
+        assert!(r.text().contains("peer credentials"), "{}", r.text());
+    }
+    let batch = |token: &str| {
+        req("POST", "/eureka/peerreplication/batch/")
+            .header("authorization", token)
+            .header("content-type", "application/json")
+            .body(Body::from(
+                r#"{"replicationList":[{"appName":"ORDERS","id":"c-1","action":"Cancel"}]}"#,
+            ))
+            .unwrap()
+    };
+    assert_eq!(call(&app, batch(&client)).await.status, StatusCode::FORBIDDEN);
+    assert!(
+        state.with_registry(|r, _| r.contains("ORDERS", "c-1")),
+        "nothing changed"
+    );
+    // The peer credentials may.
+    let r = call(
+        &app,
+        register(&peer, Some(("x-netflix-discovery-replication", "true")), "p-1"),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    assert_eq!(call(&app, batch(&peer)).await.status, StatusCode::OK);
+    assert!(!state.with_registry(|r, _| r.contains("ORDERS", "c-1")));
+}
+
+#[tokio::test]
+async fn an_incomplete_registry_answers_fetches_with_503_and_takes_writes() {
+    let health = Health::new(Arc::new(std::sync::atomic::AtomicBool::new(true)));
+    let pods = health.condition("EurekaApps reconciled");
+    let (app, _) = app_full(false, None, health);
+    assert_eq!(register(&app, "ORDERS", "o-1").await.status, StatusCode::NO_CONTENT);
+    for uri in [
+        "/eureka/apps",
+        "/eureka/apps/delta",
+        "/eureka/v2/apps/ORDERS",
+        "/eureka/apps/ORDERS/o-1",
+        "/eureka/instances/o-1",
+        "/eureka/vips/orders",
+        "/eureka/svips/orders",
+    ] {
+        let r = call(&app, req("GET", uri).body(Body::empty()).unwrap()).await;
+        assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{uri}");
+        assert_eq!(r.headers.get(header::RETRY_AFTER).unwrap(), "1");
+    }
+    pods.met();
+    let r = call(&app, req("GET", "/eureka/apps").body(Body::empty()).unwrap()).await;
+    assert_eq!(r.status, StatusCode::OK);
 }
 
 #[tokio::test]

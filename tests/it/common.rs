@@ -1,8 +1,9 @@
 //! Test support shared by the integration tests: real peers (Kubernetes control plane, Java Eureka
-//! server and client, Python and Node clients), processes that never outlive the tests, and waits.
+//! server and client, Python and Node clients, the other client generations), processes that never outlive the tests, and waits.
 #![allow(dead_code, unused_macros, unused_imports)]
 
 pub mod browser;
+pub mod clients;
 pub mod cluster;
 pub mod eureka;
 pub mod operator;

@@ -36,3 +36,19 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "eureka-operator.basicAuthSecret" -}}
 {{- default (printf "%s-basic-auth" (include "eureka-operator.fullname" .)) .Values.basicAuth.existingSecret -}}
 {{- end -}}
+
+{{/* The Secret holding the API's certificate (tls.crt, tls.key, ca.crt). */}}
+{{- define "eureka-operator.tlsSecret" -}}
+{{- if .Values.tls.secretName -}}
+{{- .Values.tls.secretName -}}
+{{- else if .Values.tls.certManager.enabled -}}
+{{- printf "%s-tls" (include "eureka-operator.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- fail "tls.enabled needs tls.secretName or tls.certManager.enabled" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The name replicas check each other's certificate against: the client Service's. */}}
+{{- define "eureka-operator.tlsServerName" -}}
+{{- printf "%s.%s.svc" (include "eureka-operator.fullname" .) .Release.Namespace -}}
+{{- end -}}

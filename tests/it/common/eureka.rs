@@ -17,6 +17,8 @@ use super::{
 
 /// A plain HTTP client for tests (no TLS, gzip on).
 pub fn http() -> reqwest::Client {
+    // reqwest has no TLS provider of its own (see Cargo.toml): every client needs the process one.
+    eureka_operator::tls::install_default_provider();
     reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
         .build()
@@ -56,7 +58,7 @@ pub async fn app_instances(base: &str, app: &str) -> Vec<(String, String)> {
 }
 
 /// JVM flags that halve start-up time on 2 cores.
-const JVM_FLAGS: [&str; 4] = ["-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xss512k"];
+pub const JVM_FLAGS: [&str; 4] = ["-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xss512k"];
 
 // === our server ===
 
@@ -70,8 +72,12 @@ pub struct Server {
 }
 
 impl Server {
+    /// The binary under test: this build's, or `EO_OPERATOR_BIN` (to run a regression test
+    /// against an older build and see it fail).
     pub fn binary() -> PathBuf {
-        PathBuf::from(env!("CARGO_BIN_EXE_eureka-operator"))
+        std::env::var_os("EO_OPERATOR_BIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_eureka-operator")))
     }
 
     /// Starts the server (standalone unless `args` say otherwise) and waits for `/readyz`.
@@ -86,6 +92,13 @@ impl Server {
     }
 
     pub async fn start_on(ip: Ipv4Addr, port: u16, admin_port: u16, args: &[&str], env: &[(&str, &str)]) -> Server {
+        let server = Server::spawn_on(ip, port, admin_port, args, env);
+        server.wait_ready().await;
+        server
+    }
+
+    /// Starts the process without waiting for it to be ready.
+    pub fn spawn_on(ip: Ipv4Addr, port: u16, admin_port: u16, args: &[&str], env: &[(&str, &str)]) -> Server {
         let dir = scratch_dir("server");
         let mut cmd = Command::new(Server::binary());
         cmd.arg("--bind")
@@ -100,15 +113,13 @@ impl Server {
             cmd.env(k, v);
         }
         let proc = Proc::spawn("eureka-operator", cmd, &dir.path().join("server.log"));
-        let server = Server {
+        Server {
             proc,
             ip,
             port,
             admin_port,
             dir,
-        };
-        server.wait_ready().await;
-        server
+        }
     }
 
     pub async fn wait_ready(&self) {
@@ -251,6 +262,27 @@ impl JavaServer {
 
 // === the Spring Boot Eureka client app ===
 
+/// `java -jar JAR` for a Spring Boot Eureka client app on `127.0.0.1:port`, registered as `app` /
+/// `instance_id` at `eureka_url`, with 1 s fetch, replication and renewal intervals and a 3 s lease.
+pub fn spring_client_command(jar: &str, port: u16, eureka_url: &str, app: &str, instance_id: &str) -> Command {
+    let mut cmd = Command::new("java");
+    cmd.args(JVM_FLAGS).arg("-jar").arg(jar);
+    cmd.arg("--server.address=127.0.0.1")
+        .arg(format!("--server.port={port}"))
+        .arg(format!("--spring.application.name={app}"))
+        .arg(format!("--eureka.client.service-url.defaultZone={eureka_url}"))
+        .arg("--eureka.client.registry-fetch-interval-seconds=1")
+        .arg("--eureka.client.initial-instance-info-replication-interval-seconds=1")
+        .arg("--eureka.client.instance-info-replication-interval-seconds=1")
+        .arg("--eureka.instance.lease-renewal-interval-in-seconds=1")
+        .arg("--eureka.instance.lease-expiration-duration-in-seconds=3")
+        .arg(format!("--eureka.instance.instance-id={instance_id}"))
+        .arg("--eureka.instance.hostname=127.0.0.1")
+        .arg("--eureka.instance.prefer-ip-address=true")
+        .arg("--eureka.instance.ip-address=127.0.0.1");
+    cmd
+}
+
 /// The Spring client app (tests/peers/java-client) registered as `app` with `instance_id`.
 pub struct SpringClient {
     pub proc: Proc,
@@ -263,22 +295,8 @@ impl SpringClient {
         let jar = peers::require("EUREKA_PEER_JAVA_CLIENT_JAR", "Spring client tests")?;
         let port = free_port(Ipv4Addr::LOCALHOST);
         let dir = scratch_dir("spring-client");
-        let mut cmd = Command::new("java");
-        cmd.args(JVM_FLAGS).arg("-jar").arg(&jar);
-        cmd.arg("--server.address=127.0.0.1")
-            .arg(format!("--server.port={port}"))
-            .arg(format!("--spring.application.name={app}"))
-            .arg(format!("--eureka.client.service-url.defaultZone={eureka_url}"))
-            .arg("--eureka.client.registry-fetch-interval-seconds=1")
-            .arg("--eureka.client.initial-instance-info-replication-interval-seconds=1")
-            .arg("--eureka.client.instance-info-replication-interval-seconds=1")
-            .arg("--eureka.instance.lease-renewal-interval-in-seconds=1")
-            .arg("--eureka.instance.lease-expiration-duration-in-seconds=3")
-            .arg(format!("--eureka.instance.instance-id={instance_id}"))
-            .arg("--eureka.instance.hostname=127.0.0.1")
-            .arg("--eureka.instance.prefer-ip-address=true")
-            .arg("--eureka.instance.ip-address=127.0.0.1")
-            .args(extra);
+        let mut cmd = spring_client_command(&jar, port, eureka_url, app, instance_id);
+        cmd.args(extra);
         let proc = Proc::spawn("spring-client", cmd, &dir.path().join("spring-client.log"));
         let client = SpringClient { proc, port, _dir: dir };
         let base = client.base();
@@ -353,13 +371,19 @@ pub struct ScriptPeer {
 impl ScriptPeer {
     /// py-eureka-client registered as `app`/`id` against `server` (e.g. `http://ip:port/eureka`).
     pub fn python(server: &str, app: &str, id: &str) -> Option<ScriptPeer> {
+        ScriptPeer::python_with_env(server, app, id, &[])
+    }
+
+    /// As [`ScriptPeer::python`], with extra environment (e.g. `SSL_CERT_FILE` for https).
+    pub fn python_with_env(server: &str, app: &str, id: &str, env: &[(&str, &str)]) -> Option<ScriptPeer> {
         let python = peers::require("EUREKA_PEER_PYTHON", "py-eureka-client tests")?;
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/python/peer.py");
         let dir = scratch_dir("py-peer");
         let mut cmd = Command::new(python);
         cmd.arg("-u")
             .arg(script)
-            .args(["--server", server, "--app", app, "--id", id, "--interval", "1"]);
+            .args(["--server", server, "--app", app, "--id", id, "--interval", "1"])
+            .envs(env.iter().copied());
         let proc = Proc::spawn("py-peer", cmd, &dir.path().join("py-peer.log"));
         Some(ScriptPeer { proc, _dir: dir })
     }
@@ -472,4 +496,132 @@ pub fn spring_instance(app: &str, id: &str, host: &str, ip: &str, port: u16, vip
         "port": {"$": port, "@enabled": "true"}, "securePort": {"$": 443, "@enabled": "false"},
         "metadata": {}
     })
+}
+
+// === a native client played by the test ===
+
+/// One instance registered over HTTP by the test itself, as a Eureka client would: the Spring
+/// client's body ([`spring_instance`]) with the given lease, optional basic auth.
+#[derive(Clone, Debug)]
+pub struct Native {
+    /// The server's Eureka base URL (ending in `/eureka/`).
+    pub base: String,
+    pub app: String,
+    pub id: String,
+    /// Lease duration and renewal interval in seconds.
+    pub lease: (u32, u32),
+    pub auth: Option<(String, String)>,
+    /// Instance metadata.
+    pub metadata: Vec<(String, String)>,
+}
+
+impl Native {
+    pub fn new(base: &str, app: &str, id: &str) -> Native {
+        Native {
+            base: base.to_string(),
+            app: app.to_ascii_uppercase(),
+            id: id.to_string(),
+            lease: (90, 30),
+            auth: None,
+            metadata: Vec::new(),
+        }
+    }
+
+    pub fn metadata(mut self, key: &str, value: &str) -> Native {
+        self.metadata.push((key.into(), value.into()));
+        self
+    }
+
+    pub fn lease(mut self, duration: u32, interval: u32) -> Native {
+        self.lease = (duration, interval);
+        self
+    }
+
+    pub fn auth(mut self, user: &str, password: &str) -> Native {
+        self.auth = Some((user.into(), password.into()));
+        self
+    }
+
+    /// The same instance on another server.
+    pub fn on(&self, base: &str) -> Native {
+        Native {
+            base: base.to_string(),
+            ..self.clone()
+        }
+    }
+
+    /// The registration body.
+    pub fn body(&self) -> Value {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64;
+        let mut v = spring_instance(
+            &self.app,
+            &self.id,
+            &format!("{}.example", self.id),
+            "10.30.0.1",
+            8080,
+            &self.app.to_lowercase(),
+            now,
+        );
+        v["leaseInfo"]["durationInSecs"] = self.lease.0.into();
+        v["leaseInfo"]["renewalIntervalInSecs"] = self.lease.1.into();
+        for (k, val) in &self.metadata {
+            v["metadata"][k] = val.clone().into();
+        }
+        serde_json::json!({ "instance": v })
+    }
+
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let b = http().request(method, format!("{}{path}", self.base));
+        match &self.auth {
+            Some((u, p)) => b.basic_auth(u, Some(p)),
+            None => b,
+        }
+    }
+
+    /// `POST apps/{app}`; the HTTP status (0 when the server did not answer).
+    pub async fn register(&self) -> u16 {
+        let r = self
+            .request(reqwest::Method::POST, &format!("apps/{}", self.app))
+            .header("Content-Type", "application/json")
+            .body(self.body().to_string())
+            .send()
+            .await;
+        r.map(|r| r.status().as_u16()).unwrap_or(0)
+    }
+
+    /// `PUT apps/{app}/{id}` (a heartbeat); the HTTP status (0 when the server did not answer).
+    pub async fn heartbeat(&self) -> u16 {
+        let r = self
+            .request(
+                reqwest::Method::PUT,
+                &format!("apps/{}/{}?status=UP", self.app, self.id),
+            )
+            .send()
+            .await;
+        r.map(|r| r.status().as_u16()).unwrap_or(0)
+    }
+
+    /// `DELETE apps/{app}/{id}`.
+    pub async fn cancel(&self) -> u16 {
+        let r = self
+            .request(reqwest::Method::DELETE, &format!("apps/{}/{}", self.app, self.id))
+            .send()
+            .await;
+        r.map(|r| r.status().as_u16()).unwrap_or(0)
+    }
+
+    /// Whether the server at `base` has this instance.
+    pub async fn is_on(&self, base: &str) -> bool {
+        let b = http()
+            .get(format!("{base}apps/{}/{}", self.app, self.id))
+            .header("Accept", "application/json");
+        let b = match &self.auth {
+            Some((u, p)) => b.basic_auth(u, Some(p)),
+            None => b,
+        };
+        b.send().await.is_ok_and(|r| r.status().is_success())
+    }
 }

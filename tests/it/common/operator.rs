@@ -71,30 +71,81 @@ pub fn prepared() -> Option<&'static Cluster> {
     static READY: OnceLock<bool> = OnceLock::new();
     let cluster = Cluster::shared()?;
     READY.get_or_init(|| {
-        cluster.kubectl_ok(&["create", "namespace", OPERATOR_NAMESPACE]);
-        let crds = root().join("crds");
-        cluster.kubectl_ok(&["apply", "-f", crds.to_str().unwrap()]);
-        let rbac = helm_template(
-            cluster,
-            &[
-                "--show-only",
-                "templates/serviceaccount.yaml",
-                "--show-only",
-                "templates/rbac.yaml",
-            ],
-        );
-        let mut apply = cluster.kubectl();
-        apply.args(["apply", "-f", "-"]);
-        pipe(apply, &rbac);
-        cluster.kubectl_ok(&[
-            "wait",
-            "--for=condition=established",
-            "--timeout=60s",
-            "crd/eurekaapps.eureka-operator.dev",
-        ]);
+        prepare(cluster);
         true
     });
     Some(cluster)
+}
+
+/// Applies the CRD from `crds/` and the chart's ServiceAccount and RBAC (release `eo`) to `cluster`.
+pub fn prepare(cluster: &Cluster) {
+    cluster.kubectl_ok(&["create", "namespace", OPERATOR_NAMESPACE]);
+    let crds = root().join("crds");
+    cluster.kubectl_ok(&["apply", "-f", crds.to_str().unwrap()]);
+    let rbac = helm_template(
+        cluster,
+        &[
+            "--show-only",
+            "templates/serviceaccount.yaml",
+            "--show-only",
+            "templates/rbac.yaml",
+        ],
+    );
+    let mut apply = cluster.kubectl();
+    apply.args(["apply", "-f", "-"]);
+    pipe(apply, &rbac);
+    cluster.kubectl_ok(&[
+        "wait",
+        "--for=condition=established",
+        "--timeout=60s",
+        "crd/eurekaapps.eureka-operator.dev",
+    ]);
+}
+
+/// How to launch an operator process (see [`Operator::launch_with`]).
+#[derive(Clone, Debug)]
+pub struct Launch {
+    pub ip: Ipv4Addr,
+    /// Eureka and admin ports (free ones when `None`).
+    pub ports: Option<(u16, u16)>,
+    /// Watched namespace (`--watch-namespaces`).
+    pub namespace: String,
+    pub lease: String,
+    pub replica: String,
+    pub extra: Vec<String>,
+    /// `--cluster-id` (`None`: the operator derives it).
+    pub cluster_id: Option<String>,
+    /// Who the operator acts as (impersonation).
+    pub user: String,
+    /// Reach the apiserver at this URL instead (e.g. a fault-injecting proxy).
+    pub apiserver: Option<String>,
+    /// `--lease-duration-seconds`.
+    pub lease_seconds: u32,
+    /// Extra environment variables.
+    pub env: Vec<(String, String)>,
+}
+
+impl Launch {
+    pub fn new(ip: Ipv4Addr, namespace: &str, lease: &str) -> Launch {
+        Launch {
+            ip,
+            ports: None,
+            namespace: namespace.into(),
+            lease: lease.into(),
+            replica: lease.into(),
+            extra: Vec::new(),
+            cluster_id: Some("test".into()),
+            user: SERVICE_ACCOUNT.into(),
+            apiserver: None,
+            lease_seconds: 3,
+            env: Vec::new(),
+        }
+    }
+
+    pub fn args(mut self, extra: &[&str]) -> Launch {
+        self.extra.extend(extra.iter().map(|s| s.to_string()));
+        self
+    }
 }
 
 /// One operator process.
@@ -103,15 +154,14 @@ pub struct Operator {
     _dir: tempfile::TempDir,
     pub kubeconfig: PathBuf,
     pub replica: String,
-    extra: Vec<String>,
+    launch: Launch,
 }
 
 impl Operator {
     /// Starts the operator as the chart's ServiceAccount, watching `namespace`, leading through the
     /// Lease `lease` (3 s), with `extra` flags.
     pub async fn start(cluster: &Cluster, ip: Ipv4Addr, namespace: &str, lease: &str, extra: &[&str]) -> Operator {
-        let (port, admin) = (free_port(ip), free_port(ip));
-        Operator::start_on(cluster, ip, (port, admin), namespace, lease, lease, extra).await
+        Operator::launch_with(cluster, Launch::new(ip, namespace, lease).args(extra)).await
     }
 
     /// One of several replicas sharing `lease`, on given ports.
@@ -124,67 +174,81 @@ impl Operator {
         replica: &str,
         extra: &[&str],
     ) -> Operator {
+        let mut launch = Launch::new(ip, namespace, lease).args(extra);
+        launch.ports = Some(ports);
+        launch.replica = replica.into();
+        Operator::launch_with(cluster, launch).await
+    }
+
+    /// Starts an operator as `launch` says.
+    pub async fn launch_with(cluster: &Cluster, mut launch: Launch) -> Operator {
         let dir = scratch_dir("operator");
         let kubeconfig = dir.path().join("kubeconfig");
-        cluster.kubeconfig_as(SERVICE_ACCOUNT, &kubeconfig);
-        let replica_args = ["--replica-id", replica];
-        let args: Vec<&str> = replica_args.iter().chain(extra.iter()).copied().collect();
-        let server = Operator::launch(ip, &kubeconfig, namespace, lease, &args, Some(ports)).await;
+        cluster.kubeconfig_as(&launch.user, &kubeconfig);
+        if let Some(server) = &launch.apiserver {
+            let text = std::fs::read_to_string(&kubeconfig)
+                .unwrap()
+                .replace(&cluster.url, server);
+            std::fs::write(&kubeconfig, text).unwrap();
+        }
+        let ports = *launch
+            .ports
+            .get_or_insert_with(|| (free_port(launch.ip), free_port(launch.ip)));
+        let server = Operator::spawn(&launch, &kubeconfig, ports);
+        server.wait_ready().await;
         Operator {
             server,
             _dir: dir,
             kubeconfig,
-            replica: replica.to_string(),
-            extra: extra.iter().map(|s| s.to_string()).collect(),
+            replica: launch.replica.clone(),
+            launch,
         }
     }
 
-    async fn launch(
-        ip: Ipv4Addr,
-        kubeconfig: &Path,
-        namespace: &str,
-        lease: &str,
-        extra: &[&str],
-        ports: Option<(u16, u16)>,
-    ) -> Server {
-        let mut args = vec![
+    fn spawn(launch: &Launch, kubeconfig: &Path, (port, admin): (u16, u16)) -> Server {
+        let mut args: Vec<String> = [
             "--kubernetes",
             "on",
             "--operator-namespace",
             OPERATOR_NAMESPACE,
             "--lease-name",
-            lease,
+            &launch.lease,
             "--lease-duration-seconds",
-            "3",
+            &launch.lease_seconds.to_string(),
             "--watch-namespaces",
-            namespace,
-            "--cluster-id",
-            "test",
-        ];
-        args.extend_from_slice(extra);
-        let env = [("KUBECONFIG", kubeconfig.to_str().unwrap())];
-        match ports {
-            Some((p, a)) => Server::start_on(ip, p, a, &args, &env).await,
-            None => Server::start_with_env(ip, &args, &env).await,
+            &launch.namespace,
+            "--replica-id",
+            &launch.replica,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        if let Some(id) = &launch.cluster_id {
+            args.extend(["--cluster-id".to_string(), id.clone()]);
         }
+        args.extend(launch.extra.iter().cloned());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut env = vec![("KUBECONFIG", kubeconfig.to_str().unwrap())];
+        env.extend(launch.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        Server::spawn_on(launch.ip, port, admin, &args, &env)
     }
 
     /// Stops the process and starts a new one on the same ports with the same flags.
-    pub async fn restart(&mut self, namespace: &str, lease: &str) {
+    pub async fn restart(&mut self, _namespace: &str, _lease: &str) {
         self.server.proc.terminate(Duration::from_secs(10));
-        self.start_again(namespace, lease).await;
+        self.start_again(_namespace, _lease).await;
     }
 
     /// Starts the process again after it stopped (same ports, same flags).
-    pub async fn start_again(&mut self, namespace: &str, lease: &str) {
-        let (ip, port, admin) = (self.server.ip, self.server.port, self.server.admin_port);
-        let replica_args = ["--replica-id".to_string(), self.replica.clone()];
-        let args: Vec<&str> = replica_args
-            .iter()
-            .chain(self.extra.iter())
-            .map(String::as_str)
-            .collect();
-        self.server = Operator::launch(ip, &self.kubeconfig, namespace, lease, &args, Some((port, admin))).await;
+    pub async fn start_again(&mut self, _namespace: &str, _lease: &str) {
+        self.spawn_again();
+        self.server.wait_ready().await;
+    }
+
+    /// Starts the process again (same ports, same flags) without waiting for it to be ready.
+    pub fn spawn_again(&mut self) {
+        let ports = self.launch.ports.expect("ports are fixed at the first start");
+        self.server = Operator::spawn(&self.launch, &self.kubeconfig, ports);
     }
 }
 

@@ -1,0 +1,191 @@
+//! What `/livez` and `/readyz` report, and whether the registry may answer fetches.
+//!
+//! * **Completeness**: named conditions that must all hold before this replica's registry holds
+//!   everything its peers and its Kubernetes watches already hold (the start-up sync from peers,
+//!   every watch listed, every EurekaApp reconciled once). Until then fetches are answered
+//!   `503 Service Unavailable` (Eureka clients then try their next server) and `/readyz` fails.
+//!   Completeness is reached once and kept: later outages (a peer, the apiserver) leave the
+//!   replica serving what it has.
+//! * **Warnings**: problems that do not make the registry incomplete but need an operator's eye,
+//!   such as a peer refusing our credentials. `/readyz` lists them and stays green.
+//! * **Liveness**: `false` once a supervised task failed (the process is about to exit).
+
+use std::{
+    collections::BTreeMap,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+};
+
+use parking_lot::RwLock;
+
+/// One completeness condition; cheap to clone, shared with the part that fulfils it.
+#[derive(Clone, Debug)]
+pub struct Condition {
+    inner: Arc<ConditionState>,
+    /// Set when every condition of the set is met, so reads check one atomic.
+    complete: Arc<AtomicBool>,
+    /// Every condition of the set, to recompute `complete`.
+    all: Arc<RwLock<Vec<Arc<ConditionState>>>>,
+}
+
+#[derive(Debug)]
+struct ConditionState {
+    /// What it waits for, as `/readyz` names it.
+    name: &'static str,
+    /// Whether it holds.
+    met: AtomicBool,
+    /// What it is waiting for right now (`/readyz` detail).
+    detail: RwLock<String>,
+}
+
+impl Condition {
+    /// Marks the condition met (for good).
+    pub fn met(&self) {
+        if !self.inner.met.swap(true, Ordering::AcqRel) {
+            tracing::info!(condition = self.inner.name, "readiness condition met");
+        }
+        let all_met = self.all.read().iter().all(|c| c.met.load(Ordering::Acquire));
+        if all_met && !self.complete.swap(true, Ordering::AcqRel) {
+            tracing::info!("the registry is complete: answering fetches and reporting ready");
+        }
+    }
+
+    /// Says what the condition is waiting for (shown by `/readyz`).
+    pub fn waiting(&self, detail: impl Into<String>) {
+        *self.inner.detail.write() = detail.into();
+    }
+
+    pub fn is_met(&self) -> bool {
+        self.inner.met.load(Ordering::Acquire)
+    }
+}
+
+/// The health of the process. See the module docs.
+#[derive(Debug, Default)]
+pub struct Health {
+    /// Every completeness condition, in the order they were added.
+    conditions: Arc<RwLock<Vec<Arc<ConditionState>>>>,
+    /// Whether every condition holds (kept once reached).
+    complete: Arc<AtomicBool>,
+    /// Current warnings by source (for example `replication http://10.0.0.7:8761/eureka/`).
+    warnings: RwLock<BTreeMap<String, String>>,
+    /// `false` once a supervised task failed.
+    alive: Arc<AtomicBool>,
+}
+
+impl Health {
+    pub fn new(alive: Arc<AtomicBool>) -> Arc<Health> {
+        Arc::new(Health {
+            complete: Arc::new(AtomicBool::new(true)),
+            alive,
+            ..Health::default()
+        })
+    }
+
+    /// Adds a completeness condition, not met yet. Add them all before serving.
+    pub fn condition(&self, name: &'static str) -> Condition {
+        let inner = Arc::new(ConditionState {
+            name,
+            met: AtomicBool::new(false),
+            detail: RwLock::new(String::new()),
+        });
+        self.conditions.write().push(inner.clone());
+        self.complete.store(false, Ordering::Release);
+        Condition {
+            inner,
+            complete: self.complete.clone(),
+            all: self.conditions.clone(),
+        }
+    }
+
+    /// Whether the registry holds everything it should (reads are answered).
+    pub fn is_complete(&self) -> bool {
+        self.complete.load(Ordering::Acquire)
+    }
+
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+
+    /// Sets or replaces the warning from `source`.
+    pub fn warn(&self, source: impl Into<String>, message: impl Into<String>) {
+        self.warnings.write().insert(source.into(), message.into());
+    }
+
+    /// Clears the warning from `source`, if any.
+    pub fn clear(&self, source: &str) {
+        if self.warnings.read().contains_key(source) {
+            self.warnings.write().remove(source);
+        }
+    }
+
+    pub fn warnings(&self) -> Vec<(String, String)> {
+        self.warnings
+            .read()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// The `/readyz` report: ready or not, and one line per condition and warning.
+    pub fn report(&self) -> (bool, String) {
+        let mut out = String::new();
+        let mut ready = self.is_alive();
+        if !ready {
+            out.push_str("[-] process: a supervised task failed; the process is stopping\n");
+        }
+        for c in self.conditions.read().iter() {
+            if c.met.load(Ordering::Acquire) {
+                out.push_str(&format!("[+] {}: ok\n", c.name));
+            } else {
+                ready = false;
+                let detail = c.detail.read();
+                let detail = if detail.is_empty() { "waiting" } else { detail.as_str() };
+                out.push_str(&format!("[-] {}: {detail}\n", c.name));
+            }
+        }
+        for (source, message) in self.warnings.read().iter() {
+            out.push_str(&format!("[!] {source}: {message}\n"));
+        }
+        out.push_str(if ready { "ready\n" } else { "not ready\n" });
+        (ready, out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn complete_once_every_condition_is_met_and_warnings_do_not_block() {
+        let h = Health::new(Arc::new(AtomicBool::new(true)));
+        assert!(h.is_complete(), "nothing to wait for");
+        let sync = h.condition("registry synced from peers");
+        let pods = h.condition("EurekaApps reconciled");
+        assert!(!h.is_complete());
+        pods.waiting("3 of 5 EurekaApps reconciled");
+        sync.met();
+        assert!(!h.is_complete());
+        let (ready, text) = h.report();
+        assert!(!ready);
+        assert!(text.contains("[-] EurekaApps reconciled: 3 of 5"), "{text}");
+        h.warn("replication http://a/eureka/", "401 Unauthorized: check --peer-auth-*");
+        pods.met();
+        assert!(h.is_complete());
+        let (ready, text) = h.report();
+        assert!(ready, "{text}");
+        assert!(text.contains("[!] replication http://a/eureka/: 401"), "{text}");
+        h.clear("replication http://a/eureka/");
+        assert!(h.warnings().is_empty());
+    }
+
+    #[test]
+    fn a_dead_process_is_not_ready() {
+        let alive = Arc::new(AtomicBool::new(true));
+        let h = Health::new(alive.clone());
+        alive.store(false, Ordering::Release);
+        assert!(!h.report().0);
+    }
+}
