@@ -464,6 +464,7 @@ async fn twenty_concurrent_gzip_bombs_move_neither_memory_nor_heartbeats() {
         .timeout(Duration::from_secs(300))
         .build()
         .unwrap();
+    let (mut refused, mut timed_out) = (0, 0);
     for _round in 0..rounds {
         let requests: Vec<_> = (0..20)
             .map(|_| {
@@ -481,13 +482,18 @@ async fn twenty_concurrent_gzip_bombs_move_neither_memory_nor_heartbeats() {
             })
             .collect();
         for r in requests {
-            // Decoded, then refused for what it lacks (no ipAddr, no dataCenterInfo).
-            assert_eq!(r.await.unwrap().unwrap(), 400);
+            // Decoded, then refused for what it lacks (no ipAddr, no dataCenterInfo); or, when
+            // it waited for a decoder longer than the request timeout, 408.
+            match r.await.unwrap().unwrap() {
+                400 => refused += 1,
+                408 => timed_out += 1,
+                other => panic!("a gzip bomb was answered {other}"),
+            }
         }
     }
     let (before, peak) = watch
         .finish(&format!(
-            "{} gzip bombs ({} KB inflating to {} KB), 20 at a time, in {} ms",
+            "{} gzip bombs ({} KB inflating to {} KB), 20 at a time, in {} ms ({refused} decoded and refused, {timed_out} timed out waiting)",
             20 * rounds,
             bomb.len() / 1024,
             json.len() / 1024,
