@@ -16,11 +16,14 @@ use std::{sync::Arc, time::Instant};
 use axum::{
     Router,
     extract::{Request, State},
-    middleware,
+    http::{Method, Uri},
+    middleware::{self, Next},
     response::{IntoResponse, Response},
-    routing::get,
+    routing::{MethodRouter, get, post, put},
 };
 use tokio::sync::watch;
+use tower::Layer;
+use tower_http::normalize_path::NormalizePathLayer;
 
 use crate::{
     health::Health,
@@ -100,17 +103,103 @@ pub fn identity(replica: &str, host: &str, port: u16, now: i64) -> InstanceInfo 
     i
 }
 
-/// The Eureka listener: dashboard at `/`, the API under `/eureka/` and `/eureka/v2/`.
+/// The Eureka listener: dashboard at `/`, the API under `/eureka/v2/` (Netflix's prefix) and
+/// `/eureka/` (Spring's); routing ignores a trailing slash, as Jersey does.
 pub fn router(api: Api, access: Option<auth::Access>) -> Router {
+    let endpoints = eureka_routes(&api);
     let router = Router::new()
         .route("/", get(dashboard::page))
         .route("/lastn", get(dashboard::lastn))
-        .fallback(serve)
+        .nest("/eureka/v2", endpoints.clone())
+        .nest("/eureka", endpoints)
+        .fallback(no_route)
         .with_state(api);
-    match access {
+    let router = match access {
         Some(a) => router.layer(middleware::from_fn_with_state(a, auth::require)),
         None => router,
+    };
+    Router::new().fallback_service(NormalizePathLayer::trim_trailing_slash().layer(router))
+}
+
+/// Every Eureka endpoint, each observed under a bounded metrics label; a method an endpoint does
+/// not serve is answered 405 with `Allow`.
+fn eureka_routes(api: &Api) -> Router<Api> {
+    let observed = |endpoint: &'static str, methods: MethodRouter<Api>| {
+        methods
+            .fallback(method_not_allowed)
+            .layer(middleware::from_fn_with_state((api.metrics.clone(), endpoint), observe))
+    };
+    use eureka::*;
+    Router::new()
+        .route("/apps", observed("apps", get(apps)))
+        .route("/apps/delta", observed("apps_delta", get(delta)))
+        .route("/apps/{app}", observed("app", get(app).post(register)))
+        .route(
+            "/apps/{app}/{id}",
+            observed("instance", get(instance).put(renew).delete(cancel)),
+        )
+        .route(
+            "/apps/{app}/{id}/status",
+            observed("instance_status", put(set_status).delete(delete_status)),
+        )
+        .route(
+            "/apps/{app}/{id}/metadata",
+            observed("instance_metadata", put(metadata)),
+        )
+        .route("/instances/{id}", observed("instances", get(instance_by_id)))
+        .route("/vips/{vip}", observed("vips", get(vip)))
+        .route("/svips/{vip}", observed("svips", get(svip)))
+        .route("/peerreplication/batch", observed("peer_batch", post(batch)))
+        .route("/asg/{asg}/status", observed("asg_status", put(asg_status)))
+        .route("/status", observed("status", get(status)))
+}
+
+async fn method_not_allowed(method: Method) -> ApiError {
+    ApiError::MethodNotAllowed(method)
+}
+
+/// A path that names no endpoint.
+async fn no_route(State(api): State<Api>, method: Method, uri: Uri) -> Response {
+    let started = Instant::now();
+    let response = ApiError::NoRoute(uri.path().to_string()).into_response();
+    record(&api.metrics, "unknown", &method, &uri, &response, started);
+    response
+}
+
+/// Middleware: the request's duration and status in the metrics; a refusal logged (at debug)
+/// and, when a cap refused it, counted.
+async fn observe(
+    State((metrics, endpoint)): State<(Arc<Metrics>, &'static str)>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let started = Instant::now();
+    let (method, uri) = (request.method().clone(), request.uri().clone());
+    let response = next.run(request).await;
+    record(&metrics, endpoint, &method, &uri, &response, started);
+    response
+}
+
+fn record(
+    metrics: &Metrics,
+    endpoint: &'static str,
+    method: &Method,
+    uri: &Uri,
+    response: &Response,
+    started: Instant,
+) {
+    if let Some(refusal) = response.extensions().get::<negotiate::Refusal>() {
+        tracing::debug!(error = %refusal.message, category = refusal.category, path = %uri.path(), "refused a request");
+        if let Some(limit) = refusal.limit {
+            metrics.limit_refused(limit);
+        }
     }
+    metrics.observe_request(
+        endpoint,
+        method.as_str(),
+        response.status().as_u16(),
+        started.elapsed().as_secs_f64(),
+    );
 }
 
 /// Failures to start serving.
@@ -181,40 +270,4 @@ pub async fn start(
         Ok(())
     });
     Ok(())
-}
-
-async fn serve(State(api): State<Api>, request: Request) -> Response {
-    let started = Instant::now();
-    let caller = request
-        .extensions()
-        .get::<auth::Caller>()
-        .copied()
-        .unwrap_or(auth::Caller::Trusted);
-    let (parts, body) = request.into_parts();
-    let route = route::parse(parts.uri.path());
-    let endpoint = route.as_ref().map(route::Route::name).unwrap_or("unknown");
-    let response = match route {
-        None => ApiError::NoRoute(parts.uri.path().to_string()).into_response(),
-        Some(route) => eureka::handle(
-            &api,
-            route,
-            caller,
-            parts.method.clone(),
-            parts.uri.query(),
-            &parts.headers,
-            body,
-        )
-        .await
-        .unwrap_or_else(|e| {
-            tracing::debug!(error = %e, category = e.category(), path = %parts.uri.path(), "refused a request");
-            e.into_response()
-        }),
-    };
-    api.metrics.observe_request(
-        endpoint,
-        parts.method.as_str(),
-        response.status().as_u16(),
-        started.elapsed().as_secs_f64(),
-    );
-    response
 }

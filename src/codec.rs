@@ -8,6 +8,7 @@
 
 pub mod batch;
 pub mod json;
+pub mod status;
 pub mod xml;
 
 use std::io::BufRead;

@@ -175,16 +175,12 @@ pub fn batch(data: &[u8]) {
 }
 
 /// A request line and headers: `path \n query \n accept \n content-type \n content-encoding \n
-/// accept-encoding`.
+/// accept-encoding`. The path is read past: axum's router (matchit) parses it, not our code.
 pub fn query_headers(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     let mut parts = text.split('\n');
     let mut next = || parts.next().unwrap_or("");
-    let (path, query) = (next(), next());
-    if let Some(r) = route::parse(path) {
-        assert!(!r.methods().is_empty());
-        assert!(!r.name().is_empty());
-    }
+    let (_path, query) = (next(), next());
     let params = route::query(Some(query));
     // The metadata PUT: the first value of a repeated key wins, as in Java.
     let mut entries = Metadata::new();

@@ -2,8 +2,10 @@
 //! encodes the answer with the status codes and quirks Java clients expect.
 
 use axum::{
+    Extension,
     body::Body,
-    http::{HeaderMap, Method, StatusCode},
+    extract::{RawQuery, State},
+    http::{HeaderMap, StatusCode},
     response::Response,
 };
 
@@ -12,7 +14,7 @@ use super::{
     auth::Caller,
     negotiate::{self, ApiError, empty},
     peer,
-    route::{self, Route},
+    route::{self, AppPath, InstancePath, Segment},
 };
 use crate::{
     cache::Key,
@@ -20,6 +22,7 @@ use crate::{
     registry::{
         Command, Reply, Writer,
         instance::{Metadata, Status},
+        view::InstanceView,
     },
 };
 
@@ -39,195 +42,293 @@ pub fn writer(headers: &HeaderMap, caller: Caller) -> Result<Writer, ApiError> {
     Ok(writer)
 }
 
-/// Serves one Eureka request.
-pub async fn handle(
-    api: &Api,
-    route: Route,
-    caller: Caller,
-    method: Method,
-    query: Option<&str>,
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<Response, ApiError> {
-    let result = serve(api, route, caller, method, query, headers, body).await;
-    if let Err(ApiError::OverLimit(e)) = &result {
-        api.metrics.limit_refused(e.kind());
-    }
-    result
+/// The caller a request authenticated as (every caller is trusted when auth is off).
+fn caller(caller: Option<Extension<Caller>>) -> Caller {
+    caller.map(|Extension(c)| c).unwrap_or(Caller::Trusted)
 }
 
-async fn serve(
-    api: &Api,
-    route: Route,
-    caller: Caller,
-    method: Method,
-    query: Option<&str>,
-    headers: &HeaderMap,
+/// `GET apps`: the full registry.
+pub async fn apps(State(api): State<Api>, headers: HeaderMap) -> Result<Response, ApiError> {
+    fetch(&api, Key::Full, &headers, true).await
+}
+
+/// `GET apps/delta`: what changed recently (403 when deltas are disabled, as Java).
+pub async fn delta(State(api): State<Api>, headers: HeaderMap) -> Result<Response, ApiError> {
+    negotiate::reply_format(&headers)?;
+    if api.state.disable_delta() {
+        return Err(ApiError::Forbidden);
+    }
+    fetch(&api, Key::Delta, &headers, true).await
+}
+
+/// `GET apps/{app}`: one application, 404 when it has no instance.
+pub async fn app(State(api): State<Api>, AppPath(app): AppPath, headers: HeaderMap) -> Result<Response, ApiError> {
+    let format = negotiate::reply_format(&headers)?;
+    allow_access(&api)?;
+    let payload = api.state.payload(Key::App(app), format).await;
+    if payload.empty {
+        return Ok(empty(StatusCode::NOT_FOUND));
+    }
+    Ok(negotiate::payload_reply(payload, format, false).await)
+}
+
+/// `GET vips/{vip}`: 200 with an empty document for an unknown VIP, as Java.
+pub async fn vip(State(api): State<Api>, Segment(vip): Segment, headers: HeaderMap) -> Result<Response, ApiError> {
+    fetch(&api, Key::Vip(vip), &headers, false).await
+}
+
+/// `GET svips/{vip}`: as `vips`, by secure VIP address.
+pub async fn svip(State(api): State<Api>, Segment(vip): Segment, headers: HeaderMap) -> Result<Response, ApiError> {
+    fetch(&api, Key::Svip(vip), &headers, false).await
+}
+
+/// `GET apps/{app}/{id}`.
+pub async fn instance(
+    State(api): State<Api>,
+    InstancePath { app, id }: InstancePath,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let format = negotiate::reply_format(&headers)?;
+    complete(&api)?;
+    let view = api.state.with_registry(|r, now| r.instance(&app, &id, now));
+    Ok(instance_reply(view, format))
+}
+
+/// `GET instances/{id}`: an instance of any application.
+pub async fn instance_by_id(
+    State(api): State<Api>,
+    Segment(id): Segment,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let format = negotiate::reply_format(&headers)?;
+    complete(&api)?;
+    let view = api.state.with_registry(|r, now| r.find_instance(&id, now));
+    Ok(instance_reply(view, format))
+}
+
+/// `POST apps/{app}`: a registration.
+#[tracing::instrument(level = "debug", skip_all, fields(app = %app))]
+pub async fn register(
+    State(api): State<Api>,
+    AppPath(app): AppPath,
+    auth: Option<Extension<Caller>>,
+    headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    // HEAD is a GET without a body (hyper drops the body).
-    let method = if method == Method::HEAD { Method::GET } else { method };
-    if !route.methods().contains(&method) {
-        return Err(ApiError::MethodNotAllowed(method, route.methods()));
-    }
+    let (format, latin1) = negotiate::declared_format(&headers)?;
+    let (now, limits, json) = (
+        api.state.now(),
+        api.input.limits.instance,
+        negotiate::json_request(&headers),
+    );
+    let registration = negotiate::decode_body(&headers, body, api.max_body, &api.input, latin1, move |input| {
+        codec::decode_registration_from(input, format, now, limits).map_err(|e| match e {
+            RegistrationError::Decode(e) => ApiError::Unparseable {
+                detail: e.message,
+                json,
+            },
+            RegistrationError::OverLimit(e) => ApiError::OverLimit(e),
+        })
+    })
+    .await?;
+    codec::validate_registration(&registration, &app).map_err(|message| ApiError::Validation {
+        message,
+        format: negotiate::reply_format(&headers).unwrap_or(Format::Xml),
+    })?;
+    let writer = writer(&headers, caller(auth))?;
+    let command = Command::Register {
+        info: registration.info,
+        writer,
+    };
+    reply(api.state.apply(command).reply, &headers)
+}
+
+/// `PUT apps/{app}/{id}`: a heartbeat.
+#[tracing::instrument(level = "trace", skip_all, fields(app = %app, id = %id))]
+pub async fn renew(
+    State(api): State<Api>,
+    InstancePath { app, id }: InstancePath,
+    auth: Option<Extension<Caller>>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let writer = writer(&headers, caller(auth))?;
+    let params = route::query(query.as_deref());
+    // Java renews first: an unknown instance is 404 whatever the parameters say.
+    let last_dirty_timestamp = match dirty_timestamp(&params) {
+        Ok(t) => t,
+        Err(_) if !api.state.with_registry(|r, _| r.contains(&app, &id)) => {
+            return Ok(empty(StatusCode::NOT_FOUND));
+        }
+        Err(e) => return Err(e),
+    };
+    // `overriddenstatus` only matters for a peer's heartbeat (Java reads it nowhere else).
+    let overridden_status = match route::param(&params, "overriddenstatus") {
+        Some(s) if writer.is_replication() => Some(parse_status(s, "overriddenstatus")?),
+        _ => None,
+    };
+    let command = Command::Renew {
+        app,
+        id,
+        writer,
+        overridden_status,
+        last_dirty_timestamp,
+    };
+    reply(api.state.apply(command).reply, &headers)
+}
+
+/// `DELETE apps/{app}/{id}`: a cancellation.
+#[tracing::instrument(level = "debug", skip_all, fields(app = %app, id = %id))]
+pub async fn cancel(
+    State(api): State<Api>,
+    InstancePath { app, id }: InstancePath,
+    auth: Option<Extension<Caller>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let writer = writer(&headers, caller(auth))?;
+    let command = Command::Cancel { app, id, writer };
+    reply(api.state.apply(command).reply, &headers)
+}
+
+/// `PUT apps/{app}/{id}/status?value=`: a status override.
+pub async fn set_status(
+    State(api): State<Api>,
+    path: InstancePath,
+    auth: Option<Extension<Caller>>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    status_override(&api, path, caller(auth), true, query.as_deref(), &headers)
+}
+
+/// `DELETE apps/{app}/{id}/status`: the override removed (with `value`, the status to fall back to).
+pub async fn delete_status(
+    State(api): State<Api>,
+    path: InstancePath,
+    auth: Option<Extension<Caller>>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    status_override(&api, path, caller(auth), false, query.as_deref(), &headers)
+}
+
+#[tracing::instrument(level = "debug", skip_all, fields(app = %app, id = %id, set))]
+fn status_override(
+    api: &Api,
+    InstancePath { app, id }: InstancePath,
+    caller: Caller,
+    set: bool,
+    query: Option<&str>,
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
+    let writer = writer(headers, caller)?;
     let params = route::query(query);
-    let state = &api.state;
-    match (route, method) {
-        (Route::Apps, _) => {
-            let format = negotiate::reply_format(headers)?;
-            allow_access(api)?;
-            let payload = state.payload(Key::Full, format).await;
-            Ok(negotiate::payload_reply(payload, format, negotiate::accepts_gzip(headers)).await)
+    // Java looks the instance up before it reads the parameters.
+    let Some((current, overridden)) = api.state.with_registry(|r, now| {
+        r.instance(&app, &id, now)
+            .map(|v| (v.info.status, v.info.overridden_status))
+    }) else {
+        return Ok(empty(StatusCode::NOT_FOUND));
+    };
+    let status = match route::param(&params, "value") {
+        Some(v) => parse_status(v, "value")?,
+        None if set => {
+            return Err(ApiError::Invalid(
+                "the query parameter `value` (the new status) is required".into(),
+            ));
         }
-        (Route::Delta, _) => {
-            let format = negotiate::reply_format(headers)?;
-            if state.disable_delta() {
-                return Err(ApiError::Forbidden);
-            }
-            allow_access(api)?;
-            let payload = state.payload(Key::Delta, format).await;
-            Ok(negotiate::payload_reply(payload, format, negotiate::accepts_gzip(headers)).await)
+        None => Status::Unknown,
+    };
+    // Java parses lastDirtyTimestamp only when it is used: when something changes.
+    let changes = if set {
+        current != status
+    } else {
+        overridden != Status::Unknown
+    };
+    let last_dirty_timestamp = match dirty_timestamp(&params) {
+        Ok(t) => t,
+        Err(_) if !changes => None,
+        Err(e) => return Err(e),
+    };
+    let command = if set {
+        Command::SetStatus {
+            app,
+            id,
+            status,
+            last_dirty_timestamp,
+            writer,
         }
-        (Route::App { app }, Method::POST) => register(api, app, caller, headers, body).await,
-        (Route::App { app }, _) => {
-            let format = negotiate::reply_format(headers)?;
-            allow_access(api)?;
-            let payload = state.payload(Key::App(app), format).await;
-            if payload.empty {
-                return Ok(empty(StatusCode::NOT_FOUND));
-            }
-            Ok(negotiate::payload_reply(payload, format, false).await)
+    } else {
+        Command::DeleteStatusOverride {
+            app,
+            id,
+            status,
+            last_dirty_timestamp,
+            writer,
         }
-        (Route::Vip { vip }, _) => vips(api, Key::Vip(vip), headers).await,
-        (Route::Svip { vip }, _) => vips(api, Key::Svip(vip), headers).await,
-        (Route::Instance { app, id }, Method::GET) => {
-            let format = negotiate::reply_format(headers)?;
-            complete(api)?;
-            match state.with_registry(|r, now| r.instance(&app, &id, now)) {
-                Some(view) => Ok(negotiate::document(
-                    StatusCode::OK,
-                    codec::encode_instance(&view, format),
-                    format,
-                )),
-                None => Ok(empty(StatusCode::NOT_FOUND)),
-            }
-        }
-        (Route::InstanceById { id }, _) => {
-            let format = negotiate::reply_format(headers)?;
-            complete(api)?;
-            match state.with_registry(|r, now| r.find_instance(&id, now)) {
-                Some(view) => Ok(negotiate::document(
-                    StatusCode::OK,
-                    codec::encode_instance(&view, format),
-                    format,
-                )),
-                None => Ok(empty(StatusCode::NOT_FOUND)),
-            }
-        }
-        (Route::Instance { app, id }, Method::PUT) => {
-            let writer = writer(headers, caller)?;
-            // Java renews first: an unknown instance is 404 whatever the parameters say.
-            let last_dirty_timestamp = match dirty_timestamp(&params) {
-                Ok(t) => t,
-                Err(_) if !state.with_registry(|r, _| r.contains(&app, &id)) => {
-                    return Ok(empty(StatusCode::NOT_FOUND));
-                }
-                Err(e) => return Err(e),
-            };
-            // `overriddenstatus` only matters for a peer's heartbeat (Java reads it nowhere else).
-            let overridden_status = match route::param(&params, "overriddenstatus") {
-                Some(s) if writer.is_replication() => Some(parse_status(s, "overriddenstatus")?),
-                _ => None,
-            };
-            let command = Command::Renew {
-                app,
-                id,
-                writer,
-                overridden_status,
-                last_dirty_timestamp,
-            };
-            reply(state.apply(command).reply, headers)
-        }
-        (Route::Instance { app, id }, _) => {
-            let writer = writer(headers, caller)?;
-            let command = Command::Cancel { app, id, writer };
-            reply(state.apply(command).reply, headers)
-        }
-        (Route::InstanceStatus { app, id }, method) => {
-            let writer = writer(headers, caller)?;
-            // Java looks the instance up before it reads the parameters.
-            let Some((current, overridden)) = state.with_registry(|r, now| {
-                r.instance(&app, &id, now)
-                    .map(|v| (v.info.status, v.info.overridden_status))
-            }) else {
-                return Ok(empty(StatusCode::NOT_FOUND));
-            };
-            let value = route::param(&params, "value");
-            let status = match (value, &method) {
-                (Some(v), _) => parse_status(v, "value")?,
-                (None, &Method::PUT) => {
-                    return Err(ApiError::Invalid(
-                        "the query parameter `value` (the new status) is required".into(),
-                    ));
-                }
-                (None, _) => Status::Unknown,
-            };
-            // Java parses lastDirtyTimestamp only when it is used: when something changes.
-            let changes = if method == Method::PUT {
-                current != status
-            } else {
-                overridden != Status::Unknown
-            };
-            let last_dirty_timestamp = match dirty_timestamp(&params) {
-                Ok(t) => t,
-                Err(_) if !changes => None,
-                Err(e) => return Err(e),
-            };
-            let command = if method == Method::PUT {
-                Command::SetStatus {
-                    app,
-                    id,
-                    status,
-                    last_dirty_timestamp,
-                    writer,
-                }
-            } else {
-                Command::DeleteStatusOverride {
-                    app,
-                    id,
-                    status,
-                    last_dirty_timestamp,
-                    writer,
-                }
-            };
-            reply(state.apply(command).reply, headers)
-        }
-        (Route::InstanceMetadata { app, id }, _) => {
-            writer(headers, caller)?;
-            // Java takes the first value of a repeated key, and drops a parameter without a name.
-            let mut entries = Metadata::new();
-            for (k, v) in params.into_iter().filter(|(k, _)| !k.is_empty()) {
-                entries.insert_first(k, v);
-            }
-            reply(update_metadata(api, app, id, entries).await, headers)
-        }
-        (Route::Batch, _) => peer::batch(api, caller, headers, body).await,
-        (Route::AsgStatus { asg }, _) => Err(ApiError::Invalid(format!(
-            "cannot set the status of ASG {asg}: ASG status needs an AWS registry, and this one is not"
-        ))),
-        (Route::ServerStatus, _) => {
-            let format = negotiate::reply_format(headers)?;
-            Ok(server_status(api, format))
-        }
-    }
+    };
+    reply(api.state.apply(command).reply, headers)
 }
 
-/// `vips/{vip}` and `svips/{vip}`: 200 with an empty document for an unknown VIP, as Java.
-async fn vips(api: &Api, key: Key, headers: &HeaderMap) -> Result<Response, ApiError> {
+/// `PUT apps/{app}/{id}/metadata?k=v...`: Java takes the first value of a repeated key, and
+/// drops a parameter without a name.
+#[tracing::instrument(level = "debug", skip_all, fields(app = %app, id = %id))]
+pub async fn metadata(
+    State(api): State<Api>,
+    InstancePath { app, id }: InstancePath,
+    auth: Option<Extension<Caller>>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    writer(&headers, caller(auth))?;
+    let mut entries = Metadata::new();
+    for (k, v) in route::query(query.as_deref())
+        .into_iter()
+        .filter(|(k, _)| !k.is_empty())
+    {
+        entries.insert_first(k, v);
+    }
+    reply(update_metadata(&api, app, id, entries).await, &headers)
+}
+
+/// `POST peerreplication/batch`: a peer's replicated writes.
+pub async fn batch(
+    State(api): State<Api>,
+    auth: Option<Extension<Caller>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    peer::batch(&api, caller(auth), &headers, body).await
+}
+
+/// `PUT asg/{asg}/status`: refused, this is not an AWS registry.
+pub async fn asg_status(Segment(asg): Segment) -> Result<Response, ApiError> {
+    Err(ApiError::Invalid(format!(
+        "cannot set the status of ASG {asg}: ASG status needs an AWS registry, and this one is not"
+    )))
+}
+
+/// `GET status`: Java's `StatusInfo`.
+pub async fn status(State(api): State<Api>, headers: HeaderMap) -> Result<Response, ApiError> {
+    let format = negotiate::reply_format(&headers)?;
+    Ok(server_status(&api, format))
+}
+
+/// A registry payload (`apps`, `apps/delta`, `vips/...`) after the access checks; gzipped when
+/// `gzip_allowed` and the client asks (Java compresses only the full and delta fetches).
+async fn fetch(api: &Api, key: Key, headers: &HeaderMap, gzip_allowed: bool) -> Result<Response, ApiError> {
     let format = negotiate::reply_format(headers)?;
     allow_access(api)?;
     let payload = api.state.payload(key, format).await;
-    Ok(negotiate::payload_reply(payload, format, false).await)
+    let gzip = gzip_allowed && negotiate::accepts_gzip(headers);
+    Ok(negotiate::payload_reply(payload, format, gzip).await)
+}
+
+fn instance_reply(view: Option<InstanceView>, format: Format) -> Response {
+    match view {
+        Some(view) => negotiate::document(StatusCode::OK, codec::encode_instance(&view, format), format),
+        None => empty(StatusCode::NOT_FOUND),
+    }
 }
 
 /// Fetches wait for a complete registry (503 until then, so clients try their next server); then
@@ -282,41 +383,6 @@ fn reply(reply: Reply, headers: &HeaderMap) -> Result<Response, ApiError> {
         Reply::Refused(message) => return Err(ApiError::Conflict(message)),
         Reply::OverLimit(e) => return Err(ApiError::OverLimit(e)),
     })
-}
-
-async fn register(
-    api: &Api,
-    app: String,
-    caller: Caller,
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<Response, ApiError> {
-    let (format, latin1) = negotiate::declared_format(headers)?;
-    let (now, limits, json) = (
-        api.state.now(),
-        api.input.limits.instance,
-        negotiate::json_request(headers),
-    );
-    let registration = negotiate::decode_body(headers, body, api.max_body, &api.input, latin1, move |input| {
-        codec::decode_registration_from(input, format, now, limits).map_err(|e| match e {
-            RegistrationError::Decode(e) => ApiError::Unparseable {
-                detail: e.message,
-                json,
-            },
-            RegistrationError::OverLimit(e) => ApiError::OverLimit(e),
-        })
-    })
-    .await?;
-    codec::validate_registration(&registration, &app).map_err(|message| ApiError::Validation {
-        message,
-        format: negotiate::reply_format(headers).unwrap_or(Format::Xml),
-    })?;
-    let writer = writer(headers, caller)?;
-    let command = Command::Register {
-        info: registration.info,
-        writer,
-    };
-    reply(api.state.apply(command).reply, headers)
 }
 
 /// `PUT apps/{app}/{id}/metadata`: the stored instance is copied and merged without the registry
@@ -408,43 +474,11 @@ fn server_status(api: &Api, format: Format) -> Response {
         ),
     ];
     let me = api.self_instance();
-    let body = match format {
-        Format::Json => {
-            let map = |pairs: &[(&str, String)]| -> serde_json::Map<String, serde_json::Value> {
-                pairs
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), serde_json::Value::String(v.clone())))
-                    .collect()
-            };
-            let mut out = serde_json::json!({
-                "generalStats": map(&general),
-                "applicationStats": map(&application),
-                "healthy": true,
-            })
-            .to_string()
-            .into_bytes();
-            // Splice the instance in with the Eureka JSON codec.
-            out.pop();
-            out.extend_from_slice(b",\"instanceInfo\":");
-            codec::json::instance(&mut out, &me);
-            out.push(b'}');
-            out
-        }
-        Format::Xml => {
-            let esc = codec::xml::escape;
-            let mut out = b"<com.netflix.eureka.util.StatusInfo><generalStats>".to_vec();
-            for (k, v) in &general {
-                out.extend_from_slice(format!("<{k}>{}</{k}>", esc(v)).as_bytes());
-            }
-            out.extend_from_slice(b"</generalStats><applicationStats>");
-            for (k, v) in &application {
-                out.extend_from_slice(format!("<{k}>{}</{k}>", esc(v)).as_bytes());
-            }
-            out.extend_from_slice(b"</applicationStats>");
-            codec::xml::instance_as(&mut out, &me, "instanceInfo");
-            out.extend_from_slice(b"</com.netflix.eureka.util.StatusInfo>");
-            out
-        }
+    let info = codec::status::StatusInfo {
+        general: &general,
+        application: &application,
+        instance: &me,
     };
+    let body = codec::status::encode(&info, format);
     negotiate::document(StatusCode::OK, body, format)
 }

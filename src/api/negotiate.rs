@@ -50,8 +50,9 @@ pub enum ApiError {
     BodyTimeout,
     #[error("no Eureka endpoint at {0}")]
     NoRoute(String),
+    /// A method the endpoint does not serve (axum's router adds `Allow`).
     #[error("method {0} not allowed here")]
-    MethodNotAllowed(Method, &'static [Method]),
+    MethodNotAllowed(Method),
     #[error("{0}")]
     Conflict(String),
     /// A write a cap refuses: 400 when the instance is too large, 403 when the registry is full.
@@ -88,7 +89,7 @@ impl ApiError {
             ApiError::TooLarge(_) => "too_large",
             ApiError::BodyTimeout => "body_timeout",
             ApiError::NoRoute(_) => "no_route",
-            ApiError::MethodNotAllowed(..) => "method_not_allowed",
+            ApiError::MethodNotAllowed(_) => "method_not_allowed",
             ApiError::Conflict(_) => "conflict",
             ApiError::OverLimit(_) => "over_limit",
             ApiError::Internal(_) => "internal",
@@ -104,8 +105,34 @@ fn text(status: StatusCode, message: String) -> Response {
     (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], message).into_response()
 }
 
+/// Why a request was refused, carried in the response's extensions for the request log and
+/// the metrics.
+#[derive(Clone, Debug)]
+pub struct Refusal {
+    pub category: &'static str,
+    pub message: String,
+    /// The cap that refused it, if one did.
+    pub limit: Option<&'static str>,
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        let refusal = Refusal {
+            category: self.category(),
+            message: self.to_string(),
+            limit: match &self {
+                ApiError::OverLimit(e) => Some(e.kind()),
+                _ => None,
+            },
+        };
+        let mut response = self.respond();
+        response.extensions_mut().insert(refusal);
+        response
+    }
+}
+
+impl ApiError {
+    fn respond(self) -> Response {
         let message = self.to_string();
         match self {
             ApiError::Unparseable { detail, json: true } => {
@@ -140,14 +167,7 @@ impl IntoResponse for ApiError {
             ApiError::TooLarge(_) => text(StatusCode::PAYLOAD_TOO_LARGE, message),
             ApiError::BodyTimeout => text(StatusCode::REQUEST_TIMEOUT, message),
             ApiError::NoRoute(_) => text(StatusCode::NOT_FOUND, message),
-            ApiError::MethodNotAllowed(_, allowed) => {
-                let allow = allowed.iter().map(Method::as_str).collect::<Vec<_>>().join(", ");
-                let mut r = text(StatusCode::METHOD_NOT_ALLOWED, message);
-                if let Ok(v) = HeaderValue::from_str(&allow) {
-                    r.headers_mut().insert(header::ALLOW, v);
-                }
-                r
-            }
+            ApiError::MethodNotAllowed(_) => text(StatusCode::METHOD_NOT_ALLOWED, message),
             ApiError::Conflict(m) => text(StatusCode::CONFLICT, m),
             ApiError::OverLimit(e) if e.is_instance_fault() => text(StatusCode::BAD_REQUEST, message),
             ApiError::OverLimit(_) => text(StatusCode::FORBIDDEN, message),

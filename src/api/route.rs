@@ -1,180 +1,72 @@
-//! Which Eureka endpoint a path names: both `/eureka/v2/...` (Netflix) and `/eureka/...` (Spring),
-//! one trailing slash tolerated, segments percent-decoded, application names upper-cased.
+//! Path and query parameters of the Eureka endpoints: path segments as axum decodes them
+//! (percent-decoded, application names upper-cased; an empty or non-UTF-8 segment names no
+//! endpoint, 404), query pairs decoded in order with the first value of a repeated key winning.
+//! The routes themselves are declared on axum's `Router` in [`super::router`].
 
-use axum::http::Method;
+use axum::{
+    extract::{FromRequestParts, Path},
+    http::request::Parts,
+};
 use percent_encoding::percent_decode_str;
 
-/// A Eureka endpoint, with its decoded path parameters.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Route {
-    /// `apps`
-    Apps,
-    /// `apps/delta`
-    Delta,
-    /// `apps/{app}`
-    App { app: String },
-    /// `apps/{app}/{id}`
-    Instance { app: String, id: String },
-    /// `apps/{app}/{id}/status`
-    InstanceStatus { app: String, id: String },
-    /// `apps/{app}/{id}/metadata`
-    InstanceMetadata { app: String, id: String },
-    /// `instances/{id}`
-    InstanceById { id: String },
-    /// `vips/{vip}`
-    Vip { vip: String },
-    /// `svips/{vip}`
-    Svip { vip: String },
-    /// `peerreplication/batch`
-    Batch,
-    /// `asg/{asg}/status`
-    AsgStatus { asg: String },
-    /// `status`
-    ServerStatus,
+use super::negotiate::ApiError;
+
+/// The path parameters of a matched route, in order; 404 when one is empty or not UTF-8.
+async fn segments(parts: &mut Parts) -> Result<Vec<(String, String)>, ApiError> {
+    let no_route = |parts: &Parts| ApiError::NoRoute(parts.uri.path().to_string());
+    match Path::<Vec<(String, String)>>::from_request_parts(parts, &()).await {
+        Ok(Path(params)) if params.iter().all(|(_, v)| !v.is_empty()) => Ok(params),
+        _ => Err(no_route(parts)),
+    }
 }
 
-impl Route {
-    /// A bounded label for metrics.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Route::Apps => "apps",
-            Route::Delta => "apps_delta",
-            Route::App { .. } => "app",
-            Route::Instance { .. } => "instance",
-            Route::InstanceStatus { .. } => "instance_status",
-            Route::InstanceMetadata { .. } => "instance_metadata",
-            Route::InstanceById { .. } => "instances",
-            Route::Vip { .. } => "vips",
-            Route::Svip { .. } => "svips",
-            Route::Batch => "peer_batch",
-            Route::AsgStatus { .. } => "asg_status",
-            Route::ServerStatus => "status",
-        }
-    }
+fn named(params: &[(String, String)], name: &str) -> Option<String> {
+    params.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+}
 
-    /// The methods the endpoint answers.
-    pub fn methods(&self) -> &'static [Method] {
-        const GET: &[Method] = &[Method::GET];
-        match self {
-            Route::Apps | Route::Delta | Route::InstanceById { .. } | Route::Vip { .. } | Route::Svip { .. } => GET,
-            Route::ServerStatus => GET,
-            Route::App { .. } => &[Method::GET, Method::POST],
-            Route::Instance { .. } => &[Method::GET, Method::PUT, Method::DELETE],
-            Route::InstanceStatus { .. } => &[Method::PUT, Method::DELETE],
-            Route::InstanceMetadata { .. } | Route::AsgStatus { .. } => &[Method::PUT],
-            Route::Batch => &[Method::POST],
+/// `{app}`: an application name, upper-cased (Eureka's names are case-insensitive).
+pub struct AppPath(pub String);
+
+/// `{app}/{id}`: an instance of an application.
+pub struct InstancePath {
+    pub app: String,
+    pub id: String,
+}
+
+/// The last path parameter, as sent (`{vip}`, `{id}`, `{asg}`).
+pub struct Segment(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for AppPath {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        let params = segments(parts).await?;
+        let app = named(&params, "app").ok_or_else(|| ApiError::NoRoute(parts.uri.path().to_string()))?;
+        Ok(AppPath(app.to_ascii_uppercase()))
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for InstancePath {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        let params = segments(parts).await?;
+        match (named(&params, "app"), named(&params, "id")) {
+            (Some(app), Some(id)) => Ok(InstancePath {
+                app: app.to_ascii_uppercase(),
+                id,
+            }),
+            _ => Err(ApiError::NoRoute(parts.uri.path().to_string())),
         }
     }
 }
 
-/// The Eureka API prefixes, longest first.
-const PREFIXES: [&str; 2] = ["/eureka/v2/", "/eureka/"];
-
-fn decode(segment: &str) -> Option<String> {
-    let s = percent_decode_str(segment).decode_utf8().ok()?.into_owned();
-    (!s.is_empty()).then_some(s)
-}
-
-/// Parses a raw (percent-encoded) request path. `None` when it names no Eureka endpoint.
-pub fn parse(path: &str) -> Option<Route> {
-    let rest = PREFIXES.iter().find_map(|p| path.strip_prefix(p))?;
-    let rest = rest.strip_suffix('/').unwrap_or(rest);
-    if rest.is_empty() {
-        return None;
-    }
-    let raw: Vec<&str> = rest.split('/').collect();
-    let seg: Vec<String> = raw.iter().map(|s| decode(s)).collect::<Option<_>>()?;
-    let s: Vec<&str> = seg.iter().map(String::as_str).collect();
-    let upper = |a: &str| a.to_ascii_uppercase();
-    Some(match s.as_slice() {
-        ["apps"] => Route::Apps,
-        ["apps", "delta"] => Route::Delta,
-        ["apps", app] => Route::App { app: upper(app) },
-        ["apps", app, id] => Route::Instance {
-            app: upper(app),
-            id: id.to_string(),
-        },
-        ["apps", app, id, "status"] => Route::InstanceStatus {
-            app: upper(app),
-            id: id.to_string(),
-        },
-        ["apps", app, id, "metadata"] => Route::InstanceMetadata {
-            app: upper(app),
-            id: id.to_string(),
-        },
-        ["instances", id] => Route::InstanceById { id: id.to_string() },
-        ["vips", vip] => Route::Vip { vip: vip.to_string() },
-        ["svips", vip] => Route::Svip { vip: vip.to_string() },
-        ["peerreplication", "batch"] => Route::Batch,
-        ["asg", asg, "status"] => Route::AsgStatus { asg: asg.to_string() },
-        ["status"] => Route::ServerStatus,
-        _ => return None,
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn both_prefixes_and_trailing_slashes() {
-        for p in ["/eureka/apps", "/eureka/apps/", "/eureka/v2/apps", "/eureka/v2/apps/"] {
-            assert_eq!(parse(p), Some(Route::Apps), "{p}");
+impl<S: Send + Sync> FromRequestParts<S> for Segment {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        let mut params = segments(parts).await?;
+        match params.pop() {
+            Some((_, v)) => Ok(Segment(v)),
+            None => Err(ApiError::NoRoute(parts.uri.path().to_string())),
         }
-        assert_eq!(parse("/eureka/v2/apps/delta"), Some(Route::Delta));
-        assert_eq!(parse("/eureka/peerreplication/batch/"), Some(Route::Batch));
-        assert_eq!(parse("/eureka/v2/status"), Some(Route::ServerStatus));
-        for p in [
-            "/eureka",
-            "/eureka/",
-            "/eureka/v2/",
-            "/apps",
-            "/eureka/apps//x",
-            "/eureka/v1/apps",
-            "/eureka/nope",
-        ] {
-            assert_eq!(parse(p), None, "{p}");
-        }
-    }
-
-    #[test]
-    fn app_names_are_upper_cased_and_ids_decoded() {
-        assert_eq!(
-            parse("/eureka/apps/order-service"),
-            Some(Route::App {
-                app: "ORDER-SERVICE".into()
-            })
-        );
-        assert_eq!(
-            parse("/eureka/v2/apps/Orders/host%3Aorders%3A8080/status"),
-            Some(Route::InstanceStatus {
-                app: "ORDERS".into(),
-                id: "host:orders:8080".into()
-            })
-        );
-        assert_eq!(
-            parse("/eureka/apps/ORDERS/host:orders:8080"),
-            Some(Route::Instance {
-                app: "ORDERS".into(),
-                id: "host:orders:8080".into()
-            })
-        );
-        assert_eq!(
-            parse("/eureka/instances/a%2Fb"),
-            Some(Route::InstanceById { id: "a/b".into() })
-        );
-        assert_eq!(
-            parse("/eureka/vips/My-Vip"),
-            Some(Route::Vip { vip: "My-Vip".into() }),
-            "VIPs keep their case"
-        );
-        assert_eq!(parse("/eureka/apps/%FF"), None, "not UTF-8");
-    }
-
-    #[test]
-    fn methods_per_route() {
-        assert_eq!(parse("/eureka/apps/X").unwrap().methods(), &[Method::GET, Method::POST]);
-        assert!(Route::Batch.methods().contains(&Method::POST));
     }
 }
 
