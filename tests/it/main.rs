@@ -4,6 +4,7 @@
 
 mod common;
 
+mod adopt;
 mod api;
 mod chart;
 mod client_generations;

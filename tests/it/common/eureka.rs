@@ -265,27 +265,49 @@ impl JavaServer {
 /// `java -jar JAR` for a Spring Boot Eureka client app on `127.0.0.1:port`, registered as `app` /
 /// `instance_id` at `eureka_url`, with 1 s fetch, replication and renewal intervals and a 3 s lease.
 pub fn spring_client_command(jar: &str, port: u16, eureka_url: &str, app: &str, instance_id: &str) -> Command {
+    spring_client_command_on(jar, Ipv4Addr::LOCALHOST, port, eureka_url, app, instance_id, &[])
+}
+
+/// As [`spring_client_command`], bound to and registered with `ip` (a pod's address in tests),
+/// with `extra` Spring properties (`--key=value`) replacing the defaults they name.
+pub fn spring_client_command_on(
+    jar: &str,
+    ip: Ipv4Addr,
+    port: u16,
+    eureka_url: &str,
+    app: &str,
+    instance_id: &str,
+    extra: &[String],
+) -> Command {
     let mut cmd = Command::new("java");
     cmd.args(JVM_FLAGS).arg("-jar").arg(jar);
-    cmd.arg("--server.address=127.0.0.1")
-        .arg(format!("--server.port={port}"))
-        .arg(format!("--spring.application.name={app}"))
-        .arg(format!("--eureka.client.service-url.defaultZone={eureka_url}"))
-        .arg("--eureka.client.registry-fetch-interval-seconds=1")
-        .arg("--eureka.client.initial-instance-info-replication-interval-seconds=1")
-        .arg("--eureka.client.instance-info-replication-interval-seconds=1")
-        .arg("--eureka.instance.lease-renewal-interval-in-seconds=1")
-        .arg("--eureka.instance.lease-expiration-duration-in-seconds=3")
-        .arg(format!("--eureka.instance.instance-id={instance_id}"))
-        .arg("--eureka.instance.hostname=127.0.0.1")
-        .arg("--eureka.instance.prefer-ip-address=true")
-        .arg("--eureka.instance.ip-address=127.0.0.1");
+    let defaults = [
+        format!("--server.address={ip}"),
+        format!("--server.port={port}"),
+        format!("--spring.application.name={app}"),
+        format!("--eureka.client.service-url.defaultZone={eureka_url}"),
+        "--eureka.client.registry-fetch-interval-seconds=1".into(),
+        "--eureka.client.initial-instance-info-replication-interval-seconds=1".into(),
+        "--eureka.client.instance-info-replication-interval-seconds=1".into(),
+        "--eureka.instance.lease-renewal-interval-in-seconds=1".into(),
+        "--eureka.instance.lease-expiration-duration-in-seconds=3".into(),
+        format!("--eureka.instance.instance-id={instance_id}"),
+        format!("--eureka.instance.hostname={ip}"),
+        "--eureka.instance.prefer-ip-address=true".into(),
+        format!("--eureka.instance.ip-address={ip}"),
+    ];
+    // Spring joins repeated command-line properties with commas: a replaced default is left out.
+    let key = |a: &str| a.split('=').next().unwrap_or("").to_string();
+    let replaced: Vec<String> = extra.iter().map(|e| key(e)).collect();
+    cmd.args(defaults.iter().filter(|d| !replaced.contains(&key(d))));
+    cmd.args(extra);
     cmd
 }
 
 /// The Spring client app (tests/peers/java-client) registered as `app` with `instance_id`.
 pub struct SpringClient {
     pub proc: Proc,
+    pub ip: Ipv4Addr,
     pub port: u16,
     _dir: tempfile::TempDir,
 }
@@ -294,11 +316,35 @@ impl SpringClient {
     pub async fn start(eureka_url: &str, app: &str, instance_id: &str, extra: &[String]) -> Option<SpringClient> {
         let jar = peers::require("EUREKA_PEER_JAVA_CLIENT_JAR", "Spring client tests")?;
         let port = free_port(Ipv4Addr::LOCALHOST);
-        let dir = scratch_dir("spring-client");
         let mut cmd = spring_client_command(&jar, port, eureka_url, app, instance_id);
         cmd.args(extra);
+        SpringClient::run(cmd, Ipv4Addr::LOCALHOST, port).await
+    }
+
+    /// The app bound to `ip`:`port` and registered with that address (a pod's own client, with
+    /// the pod's IP), with `extra` Spring properties replacing the defaults they name.
+    pub async fn start_on(
+        ip: Ipv4Addr,
+        port: u16,
+        eureka_url: &str,
+        app: &str,
+        instance_id: &str,
+        extra: &[String],
+    ) -> Option<SpringClient> {
+        let jar = peers::require("EUREKA_PEER_JAVA_CLIENT_JAR", "Spring client tests")?;
+        let cmd = spring_client_command_on(&jar, ip, port, eureka_url, app, instance_id, extra);
+        SpringClient::run(cmd, ip, port).await
+    }
+
+    async fn run(cmd: Command, ip: Ipv4Addr, port: u16) -> Option<SpringClient> {
+        let dir = scratch_dir("spring-client");
         let proc = Proc::spawn("spring-client", cmd, &dir.path().join("spring-client.log"));
-        let client = SpringClient { proc, port, _dir: dir };
+        let client = SpringClient {
+            proc,
+            ip,
+            port,
+            _dir: dir,
+        };
         let base = client.base();
         let http = http();
         wait_for(
@@ -321,7 +367,7 @@ impl SpringClient {
     }
 
     pub fn base(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("http://{}:{}", self.ip, self.port)
     }
 
     pub async fn get(&self, path: &str) -> Value {
@@ -511,6 +557,9 @@ pub struct Native {
     /// Lease duration and renewal interval in seconds.
     pub lease: (u32, u32),
     pub auth: Option<(String, String)>,
+    /// The address and port it registers with.
+    pub ip: String,
+    pub port: u16,
 }
 
 impl Native {
@@ -521,7 +570,16 @@ impl Native {
             id: id.to_string(),
             lease: (90, 30),
             auth: None,
+            ip: "10.30.0.1".into(),
+            port: 8080,
         }
+    }
+
+    /// Registers with this address and port (a pod's, for a client played in a fake pod).
+    pub fn at(mut self, ip: &str, port: u16) -> Native {
+        self.ip = ip.into();
+        self.port = port;
+        self
     }
 
     pub fn lease(mut self, duration: u32, interval: u32) -> Native {
@@ -552,8 +610,8 @@ impl Native {
             &self.app,
             &self.id,
             &format!("{}.example", self.id),
-            "10.30.0.1",
-            8080,
+            &self.ip,
+            self.port,
             &self.app.to_lowercase(),
             now,
         );
@@ -612,5 +670,38 @@ impl Native {
             None => b,
         };
         b.send().await.is_ok_and(|r| r.status().is_success())
+    }
+}
+
+/// Test-played clients heartbeating every `every` in one task, each registering again when a
+/// heartbeat is answered 404, as Eureka clients do; they stop (without cancelling, like a killed
+/// process) when this is dropped or [`Heartbeats::stop`]ped.
+pub struct Heartbeats {
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Heartbeats {
+    pub fn start(clients: Vec<Native>, every: Duration) -> Heartbeats {
+        let task = tokio::spawn(async move {
+            loop {
+                for c in &clients {
+                    if c.heartbeat().await == 404 {
+                        c.register().await;
+                    }
+                }
+                tokio::time::sleep(every).await;
+            }
+        });
+        Heartbeats { task }
+    }
+
+    pub fn stop(&self) {
+        self.task.abort();
+    }
+}
+
+impl Drop for Heartbeats {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }
