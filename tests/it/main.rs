@@ -17,6 +17,7 @@ mod faults;
 mod ha;
 mod hardening_http;
 mod java_peering;
+mod migration;
 mod peers_eureka;
 mod peers_kubernetes;
 mod tls;

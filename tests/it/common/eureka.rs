@@ -683,9 +683,17 @@ pub struct Heartbeats {
 impl Heartbeats {
     pub fn start(clients: Vec<Native>, every: Duration) -> Heartbeats {
         let task = tokio::spawn(async move {
+            // One connection pool for all, as a client process keeps its connection.
+            let http = http();
             loop {
                 for c in &clients {
-                    if c.heartbeat().await == 404 {
+                    let put = http.put(format!("{}apps/{}/{}?status=UP", c.base, c.app, c.id));
+                    let put = match &c.auth {
+                        Some((u, p)) => put.basic_auth(u, Some(p)),
+                        None => put,
+                    };
+                    let code = put.send().await.map(|r| r.status().as_u16()).unwrap_or(0);
+                    if code == 404 {
                         c.register().await;
                     }
                 }
