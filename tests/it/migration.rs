@@ -68,11 +68,14 @@ fn apply_example(cluster: &crate::common::cluster::Cluster, ns: &str, file: &str
     assert!(ok, "{file}: {out}");
 }
 
+/// `(instanceId, status)` pairs, sorted.
+type Instances = Vec<(String, String)>;
+
 /// Samples the replicas that are ready, recording every moment `app` is not exactly `expected`
 /// on one of them (the instances of a rolling restart or a switch must never be missing or
 /// doubled for a client that asks a ready replica).
 struct Watcher {
-    expected: Arc<Mutex<Option<Vec<(String, String)>>>>,
+    expected: Arc<Mutex<Option<Instances>>>,
     violations: Arc<Mutex<Vec<String>>>,
     samples: Arc<std::sync::atomic::AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
@@ -80,7 +83,7 @@ struct Watcher {
 
 impl Watcher {
     fn start(replicas: Vec<(String, String)>, app: &'static str) -> Watcher {
-        let expected: Arc<Mutex<Option<Vec<(String, String)>>>> = Arc::default();
+        let expected: Arc<Mutex<Option<Instances>>> = Arc::default();
         let violations: Arc<Mutex<Vec<String>>> = Arc::default();
         let samples = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let (e, v, n) = (expected.clone(), violations.clone(), samples.clone());
