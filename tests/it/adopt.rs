@@ -179,8 +179,9 @@ async fn a_spring_clients_registration_is_adopted_and_follows_its_pod() {
          (drainSeconds 3, client lease 90 s)"
     );
     assert!(out_of_service < Duration::from_secs(3), "{out_of_service:?}");
+    // (deletionTimestamp has one-second precision: the drain may end up to 1 s early.)
     assert!(
-        cancelled >= Duration::from_secs(3) && cancelled < Duration::from_secs(20),
+        cancelled >= Duration::from_secs(2) && cancelled < Duration::from_secs(20),
         "{cancelled:?}"
     );
     assert_eq!(
