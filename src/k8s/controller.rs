@@ -783,8 +783,11 @@ impl Context {
             None => Action::await_change(),
         };
         let adopt = app.spec.registration == Registration::Adopt;
+        let adopted = self.state.with_registry(|r, _| r.adopted_of(&key.namespace, &key.name));
+        if plan.invalid.is_none() {
+            self.remember_claims(key, plan.claims.iter().map(|c| c.key.clone()), &adopted);
+        }
         let (counts, awaiting) = if adopt {
-            let adopted = self.state.with_registry(|r, _| r.adopted_of(&key.namespace, &key.name));
             let with_registration: HashSet<&str> = adopted.iter().map(|(o, _)| o.pod.as_str()).collect();
             let mut awaiting: Vec<String> = plan
                 .claims
@@ -809,7 +812,7 @@ impl Context {
         };
         let mut notes = Vec::new();
         // Registrations adopted since the last reconcile (here, or as they arrived).
-        let adopted_now = self.adopted_ids(key);
+        let adopted_now: HashSet<String> = adopted.iter().map(|(_, v)| v.id().to_string()).collect();
         let mut newly: Vec<String> = {
             let mut claimed = self.claimed.lock();
             let seen = claimed.reported.entry(key.clone()).or_default();
@@ -849,16 +852,6 @@ impl Context {
         }
     }
 
-    /// The ids of the registrations adopted for one EurekaApp.
-    fn adopted_ids(&self, key: &AppKey) -> HashSet<String> {
-        self.state.with_registry(|r, _| {
-            r.adopted_of(&key.namespace, &key.name)
-                .into_iter()
-                .map(|(_, v)| v.id().to_string())
-                .collect()
-        })
-    }
-
     /// States the plan's claims (none unless the EurekaApp adopts) and withdraws the others of
     /// this EurekaApp, except those of pods it could not plan: a pod that is gone (or finished)
     /// has its registrations cancelled, one that stopped matching has them released. Returns the
@@ -891,26 +884,27 @@ impl Context {
                 pod_gone: !running,
             });
         }
-        self.remember_claims(key, plan.claims.iter().map(|c| c.key.clone()));
         problems
     }
 
-    /// Records the endpoints `key` claims now, for the [`AdoptionWaker`].
-    fn remember_claims(&self, key: &AppKey, endpoints: impl Iterator<Item = ClaimKey>) {
-        let ids: Vec<(String, String)> = self.state.with_registry(|r, _| {
-            r.adopted_of(&key.namespace, &key.name)
-                .into_iter()
-                .map(|(_, v)| (v.info.app.clone(), v.id().to_string()))
-                .collect()
-        });
+    /// Records the endpoints `key` claims now and the registrations adopted for it, for the
+    /// [`AdoptionWaker`].
+    fn remember_claims(
+        &self,
+        key: &AppKey,
+        endpoints: impl Iterator<Item = ClaimKey>,
+        adopted: &[(PodOwner, InstanceView)],
+    ) {
         let mut claimed = self.claimed.lock();
         claimed.endpoints.retain(|_, k| k != key);
         claimed.ids.retain(|_, k| k != key);
         for e in endpoints {
             claimed.endpoints.insert(e, key.clone());
         }
-        for id in ids {
-            claimed.ids.insert(id, key.clone());
+        for (_, v) in adopted {
+            claimed
+                .ids
+                .insert((v.info.app.clone(), v.id().to_string()), key.clone());
         }
     }
 
@@ -964,7 +958,7 @@ impl Context {
         for (owner, _) in claims {
             self.state.apply(Command::Unclaim { owner, pod_gone: false });
         }
-        self.remember_claims(key, std::iter::empty());
+        self.remember_claims(key, std::iter::empty(), &[]);
         self.claimed.lock().reported.remove(key);
         self.set_blocked(key, HashSet::new());
         self.reported.lock().remove(key);

@@ -16,12 +16,13 @@ use std::{
 };
 
 use crate::common::{
-    eureka::{Heartbeats, JavaServer, Native, SpringClient, app_instances, http},
+    eureka::{Heartbeats, JavaServer, Native, SpringClient, app_instances, http, wait_app_instances},
     operator::{Operator, delete_pod, instance, kubectl_apply, namespace, pod, prepared, set_ready},
     process::{free_port, wait_for},
 };
 
 const APP: &str = "PAYMENTS";
+const ADOPTED: &str = "eureka_instances{origin=\"adopted\"}";
 
 fn ip(n: u8) -> Ipv4Addr {
     Ipv4Addr::new(127, 0, 0, n)
@@ -29,20 +30,9 @@ fn ip(n: u8) -> Ipv4Addr {
 
 /// Waits until `app` on the server at `base` is exactly `want` (ids with statuses, each once).
 async fn wait_on(base: &str, app: &str, want: &[(&str, &str)]) {
-    let mut want: Vec<(String, String)> = want.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
-    want.sort();
-    let mut last = Vec::new();
-    let found = tokio::time::timeout(Duration::from_secs(60), async {
-        loop {
-            last = app_instances(base, app).await;
-            if last == want {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await;
-    assert!(found.is_ok(), "{app} at {base}: expected {want:?}, have {last:?}");
+    if let Err(last) = wait_app_instances(base, app, want, Duration::from_secs(60)).await {
+        panic!("{app} at {base}: expected {want:?}, have {last:?}");
+    }
 }
 
 /// Waits until every server in `bases` shows `want` for `app`.
@@ -245,14 +235,9 @@ async fn the_migration_guide_moves_a_spring_service_off_java_eureka_with_no_gap_
 
     // === 4. The service's EurekaApp, adopting its pods' registrations ===
     apply_example(cluster, ns, "eurekaapp-adopt.yaml");
+    // Both registrations adopted on every replica.
     for op in [&ours0, &ours1] {
-        wait_for(
-            "both registrations adopted on every replica",
-            Duration::from_secs(30),
-            Duration::from_millis(100),
-            || async { (op.server.metric("eureka_instances{origin=\"adopted\"}").await == Some(2.0)).then_some(()) },
-        )
-        .await;
+        op.server.wait_metric(ADOPTED, 2.0).await;
     }
     wait_all(&all, APP, &before).await;
     // The pod decides, on every replica (each from its own watch) and on Java (from the leader).
@@ -338,14 +323,9 @@ async fn the_migration_guide_moves_a_spring_service_off_java_eureka_with_no_gap_
     let ours = [url0.as_str(), url1.as_str()];
     wait_all(&ours, APP, &after).await;
     wait_all(&ours, "LEGACY", &[("legacy-1", "UP")]).await;
+    // The new pods' registrations adopted on the restarted replicas.
     for op in [&ours0, &ours1] {
-        wait_for(
-            "the new pods' registrations adopted on the restarted replicas",
-            Duration::from_secs(30),
-            Duration::from_millis(100),
-            || async { (op.server.metric("eureka_instances{origin=\"adopted\"}").await == Some(2.0)).then_some(()) },
-        )
-        .await;
+        op.server.wait_metric(ADOPTED, 2.0).await;
     }
     watcher.check("rolling restart without Java");
     // The Spring client sees the same through the operator.
@@ -361,18 +341,10 @@ async fn the_migration_guide_moves_a_spring_service_off_java_eureka_with_no_gap_
 
     // === 7. The operator registers the pods itself, under the same ids: no gap, no duplicate ===
     apply_example(cluster, ns, "eurekaapp-operator.yaml");
+    // Pod instances in place of the adopted registrations.
     for op in [&ours0, &ours1] {
-        wait_for(
-            "pod instances in place of the adopted registrations",
-            Duration::from_secs(30),
-            Duration::from_millis(100),
-            || async { (op.server.metric("eureka_instances{origin=\"pod\"}").await == Some(2.0)).then_some(()) },
-        )
-        .await;
-        assert_eq!(
-            op.server.metric("eureka_instances{origin=\"adopted\"}").await,
-            Some(0.0)
-        );
+        op.server.wait_metric("eureka_instances{origin=\"pod\"}", 2.0).await;
+        assert_eq!(op.server.metric(ADOPTED).await, Some(0.0));
     }
     watcher.check("switch to registration: Operator");
     let i = instance(&ours0.server, APP, &id2).await.unwrap();

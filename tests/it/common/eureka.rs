@@ -57,6 +57,30 @@ pub async fn app_instances(base: &str, app: &str) -> Vec<(String, String)> {
     out
 }
 
+/// Waits (up to `timeout`) until `app` on the server at `base` is exactly `expected` (`(id,
+/// status)`, any order, each once); on a timeout, what it last had.
+pub async fn wait_app_instances(
+    base: &str,
+    app: &str,
+    expected: &[(&str, &str)],
+    timeout: Duration,
+) -> Result<(), Vec<(String, String)>> {
+    let mut want: Vec<(String, String)> = expected.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+    want.sort();
+    let mut last = Vec::new();
+    let found = tokio::time::timeout(timeout, async {
+        loop {
+            last = app_instances(base, app).await;
+            if last == want {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    })
+    .await;
+    found.map_err(|_| last)
+}
+
 /// JVM flags that halve start-up time on 2 cores.
 pub const JVM_FLAGS: [&str; 4] = ["-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xss512k"];
 
@@ -174,6 +198,17 @@ impl Server {
             .find(|l| l.split_whitespace().next() == Some(sample))
             .and_then(|l| l.split_whitespace().nth(1))
             .and_then(|v| v.parse().ok())
+    }
+
+    /// Waits (up to 30 s) until a Prometheus sample has `value`.
+    pub async fn wait_metric(&self, sample: &str, value: f64) {
+        wait_for(
+            &format!("{sample} = {value} at {}", self.admin()),
+            Duration::from_secs(30),
+            Duration::from_millis(100),
+            || async { (self.metric(sample).await == Some(value)).then_some(()) },
+        )
+        .await;
     }
 }
 
