@@ -796,7 +796,12 @@ impl Registry {
                 "instance {id} of {app} is managed by {owner}; it goes when its pod goes"
             )));
         }
-        // Java forgets the override whether or not the lease exists.
+        self.cancelled(app, id, writer, now)
+    }
+
+    /// Removes a native or replicated instance as cancelled (Java forgets its override whether or
+    /// not the lease exists) and says so to peers as written by `writer`.
+    fn cancelled(&mut self, app: &str, id: &str, writer: Writer, now: i64) -> Outcome {
         self.overrides.remove(id);
         let Some(removed) = self.remove(app, id, now) else {
             return Outcome::reply(Reply::NotFound);
@@ -806,9 +811,9 @@ impl Registry {
             self.preservation.client_cancelled();
         }
         self.totals.cancellations += 1;
-        let mut outcome = Outcome::reply(Reply::Ok);
-        {
-            outcome.replicate.push(Replication {
+        Outcome {
+            reply: Reply::Ok,
+            replicate: vec![Replication {
                 action: Action::Cancel,
                 app: app.to_string(),
                 id: id.to_string(),
@@ -818,9 +823,9 @@ impl Registry {
                 instance: None,
                 origin: removed.origin,
                 writer,
-            });
+            }],
+            pod_override: None,
         }
-        outcome
     }
 
     /// Whether an instance is visible to instance lookups and status calls: Java hides expired
@@ -1158,28 +1163,9 @@ impl Registry {
                 "instance {id} of {app} renewed here within its lease; not evicted"
             )));
         }
-        self.overrides.remove(id);
-        let Some(removed) = self.remove(app, id, now) else {
-            return Outcome::reply(Reply::NotFound);
-        };
-        self.preservation.client_cancelled();
-        self.totals.evictions += 1;
-        Outcome {
-            reply: Reply::Ok,
-            replicate: vec![Replication {
-                action: Action::Cancel,
-                app: app.to_string(),
-                id: id.to_string(),
-                last_dirty_timestamp: None,
-                status: None,
-                overridden_status: None,
-                instance: None,
-                origin: removed.origin,
-                // Replicated: it goes no further.
-                writer: Writer::REPLICA,
-            }],
-            pod_override: None,
-        }
+        // Counted as a cancellation (`evictions` counts what this replica decided to evict) and
+        // replicated no further.
+        self.cancelled(app, id, Writer::REPLICA, now)
     }
 
     // === background work ===

@@ -161,6 +161,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     // Completeness conditions are registered before anything serves.
     let synced = health.condition("registry synced from peers");
 
+    // The peer list is filled by the peers subsystem below; the cluster subsystem reads it too.
+    let (peers_tx, peers_rx) = watch::channel(Vec::new());
+    let mut replication_settings = peers.replication_settings(&me.replica, access.as_ref());
+    replication_settings.tls = peer_tls;
+    let peer_client = replication::client::PeerClient::from_settings(&replication_settings);
+
     // Cluster: the Lease decides who runs the background jobs and writes to Kubernetes.
     let config = cluster_config(&kubernetes).await?;
     let (leader_tx, leader_rx) = watch::channel(config.is_none());
@@ -180,6 +186,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 leader: leader_tx,
                 metrics: metrics.clone(),
                 reconciled: health.condition("Kubernetes watches listed and EurekaApps reconciled"),
+                peers: peers_rx.clone(),
+                peer_client,
             };
             Some(k8s::start(config, settings, wiring, &mut supervisor)?)
         }
@@ -214,7 +222,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Some(c) => (c.discovered.clone(), c.cluster_id.clone()),
         None => (watch::channel(Some(Vec::new())).1, watch::channel(None).1),
     };
-    let (peers_tx, peers_rx) = watch::channel(peer_list::merge(&static_replicas, &[], &java, &discovery));
+    peers_tx.send_replace(peer_list::merge(&static_replicas, &[], &java, &discovery));
     supervisor.spawn(
         "peer list",
         Expect::RunsForever,
@@ -241,10 +249,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         in_cluster: cluster.is_some(),
         synced,
     };
-    let mut settings = peers.replication_settings(&me.replica, access.as_ref());
-    settings.tls = peer_tls;
     replication::start(
-        settings,
+        replication_settings,
         server.sync_retries(),
         wiring,
         replication_metrics,

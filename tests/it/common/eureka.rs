@@ -595,6 +595,8 @@ pub struct Native {
     /// The address and port it registers with.
     pub ip: String,
     pub port: u16,
+    /// Instance metadata.
+    pub metadata: Vec<(String, String)>,
 }
 
 impl Native {
@@ -607,6 +609,7 @@ impl Native {
             auth: None,
             ip: "10.30.0.1".into(),
             port: 8080,
+            metadata: Vec::new(),
         }
     }
 
@@ -614,6 +617,11 @@ impl Native {
     pub fn at(mut self, ip: &str, port: u16) -> Native {
         self.ip = ip.into();
         self.port = port;
+        self
+    }
+
+    pub fn metadata(mut self, key: &str, value: &str) -> Native {
+        self.metadata.push((key.into(), value.into()));
         self
     }
 
@@ -652,6 +660,9 @@ impl Native {
         );
         v["leaseInfo"]["durationInSecs"] = self.lease.0.into();
         v["leaseInfo"]["renewalIntervalInSecs"] = self.lease.1.into();
+        for (k, val) in &self.metadata {
+            v["metadata"][k] = val.clone().into();
+        }
         serde_json::json!({ "instance": v })
     }
 
