@@ -17,6 +17,7 @@ pub mod adoption;
 pub mod eviction;
 pub mod instance;
 pub mod lease;
+pub mod limits;
 pub mod preservation;
 pub mod rules;
 pub mod view;
@@ -30,6 +31,7 @@ use adoption::{Adoption, Decision, controller_record};
 pub use adoption::{Claim, ClaimKey, ClaimState};
 use instance::{ActionType, InstanceInfo, Metadata, Status};
 use lease::{ExpiryMode, Lease};
+use limits::{LimitExceeded, Limits};
 use preservation::{Preservation, PreservationConfig};
 use view::{AppView, AppsView, InstanceView, LeaseView, Origin, StatusCounts};
 
@@ -49,6 +51,8 @@ pub struct RegistryConfig {
     pub override_expiry_ms: i64,
     /// Entries kept for the dashboard's "last registered / cancelled" lists.
     pub recent_queue_len: usize,
+    /// Caps on what clients and peers may store (pods are never refused).
+    pub limits: Limits,
 }
 
 impl Default for RegistryConfig {
@@ -63,6 +67,7 @@ impl Default for RegistryConfig {
             lease_expiry: ExpiryMode::Exact,
             override_expiry_ms: 3_600_000,
             recent_queue_len: 1000,
+            limits: Limits::default(),
         }
     }
 }
@@ -172,6 +177,18 @@ pub enum Command {
         id: String,
         entries: Metadata,
     },
+    /// [`Command::UpdateMetadata`] prepared by the caller without the lock: `merged` is `base` (as
+    /// read from [`Registry::stored`]) with `entries` set. It is stored as is when the instance is
+    /// still `base`, so the write costs O(1) per key under the lock, not a copy of the instance;
+    /// otherwise `entries` are applied to what is stored now. A caller that keeps `base` until the
+    /// write returns also frees the replaced copy without the lock.
+    MergeMetadata {
+        app: String,
+        id: String,
+        entries: Metadata,
+        base: Arc<InstanceInfo>,
+        merged: Box<InstanceInfo>,
+    },
     /// The leader's eviction of an expired lease, replicated to a replica that does not evict on
     /// its own: applied only if the lease has expired here too, so an instance that renews on
     /// this replica (a partition kept its renewals from the leader) is never removed.
@@ -219,6 +236,8 @@ pub enum Reply {
     Refused(String),
     /// A pod instance was left as it was because nothing changed.
     Unchanged,
+    /// A cap refuses the write (an instance too large, or the registry full).
+    OverLimit(LimitExceeded),
 }
 
 /// The replication actions of the batch protocol.
@@ -468,6 +487,8 @@ pub struct Registry {
     totals: Totals,
     /// What the controller says about the pods of adopting EurekaApps.
     claims: adoption::Claims,
+    /// Bytes of text of every stored instance (what `limits.max_registry_bytes` caps).
+    text_bytes: usize,
 }
 
 impl Registry {
@@ -492,6 +513,7 @@ impl Registry {
             last_eviction: None,
             totals: Totals::default(),
             claims: adoption::Claims::default(),
+            text_bytes: 0,
         }
     }
 
@@ -543,7 +565,14 @@ impl Registry {
                 last_dirty_timestamp,
                 writer,
             } => self.delete_status_override(&app, &id, status, last_dirty_timestamp, writer, now),
-            Command::UpdateMetadata { app, id, entries } => self.update_metadata(&app, &id, entries, now),
+            Command::UpdateMetadata { app, id, entries } => self.update_metadata(&app, &id, entries, None, now),
+            Command::MergeMetadata {
+                app,
+                id,
+                entries,
+                base,
+                merged,
+            } => self.update_metadata(&app, &id, entries, Some((base, merged)), now),
             Command::Evict { app, id } => self.evict_replicated(&app, &id, now),
             Command::UpsertPod { info, owner, overrides } => self.upsert_pod(info, owner, overrides, now),
             Command::RemovePod { app, id, owner } => self.remove_pod(&app, &id, &owner, now),
@@ -568,6 +597,9 @@ impl Registry {
                 "instance {id} of {app} is managed by {owner}; change it there"
             )));
         }
+        if let Err(e) = self.admit(&incoming, existing.as_ref().map(|e| &*e.info)) {
+            return Outcome::reply(Reply::OverLimit(e));
+        }
         // A pod of an adopting EurekaApp: adopted, or refused once the pod is gone.
         let adopter = match self.decide_adoption(&incoming, now) {
             Decision::None => None,
@@ -587,11 +619,19 @@ impl Registry {
             }
             None => Vec::new(),
         };
-        let mut registrant = incoming.clone();
-        match &existing {
-            // A stored copy that is strictly newer wins over the registration.
+        let counted_before = existing.as_ref().map(|e| e.holding.counted());
+        match (counted_before, adopter.is_none()) {
+            (None, true) | (Some(false), true) => self.preservation.client_registered(),
+            (Some(true), false) => self.preservation.client_cancelled(),
+            _ => {}
+        }
+        let incoming_status = incoming.status;
+        let duration_secs = incoming.lease.normalised().duration_secs;
+        // A stored copy that is strictly newer wins over the registration (which is still what
+        // peers are told about).
+        let (mut registrant, stale_incoming) = match &existing {
             Some(e) if e.info.last_dirty_timestamp > incoming.last_dirty_timestamp => {
-                registrant = Self::native_info(e);
+                (Self::native_info(e), Some(incoming))
             }
             Some(e)
                 if writer == Writer::JAVA
@@ -600,17 +640,13 @@ impl Registry {
             {
                 // A Java peer hands back the status the pod imposes here (Java keeps a lease's
                 // UP/OUT_OF_SERVICE against its client's registrations): the client's stays.
+                let mut registrant = incoming;
                 registrant.status = Self::native_status(e);
+                (registrant, None)
             }
-            _ => {}
-        }
-        let counted_before = existing.as_ref().map(|e| e.holding.counted());
-        match (counted_before, adopter.is_none()) {
-            (None, true) | (Some(false), true) => self.preservation.client_registered(),
-            (Some(true), false) => self.preservation.client_cancelled(),
-            _ => {}
-        }
-        let mut lease = Lease::new(now, incoming.lease.normalised().duration_secs);
+            _ => (incoming, None),
+        };
+        let mut lease = Lease::new(now, duration_secs);
         if let Some(e) = &existing {
             lease.service_up_ts = e.lease.service_up_ts;
         }
@@ -680,8 +716,8 @@ impl Registry {
             // status themselves).
             let stored = self.replica_view(&app, &id).expect("just registered");
             let mut instance = stored.clone();
-            if stored.info.last_dirty_timestamp > incoming.last_dirty_timestamp {
-                instance.info = Arc::new(incoming.clone());
+            if let Some(incoming) = stale_incoming {
+                instance.info = Arc::new(incoming);
             }
             outcome.replicate.push(Replication {
                 action: Action::Register,
@@ -699,7 +735,7 @@ impl Registry {
             let shown = self.view_of(&app, &id).expect("just registered");
             // Java peers get the status shown here from the leader (not back to a Java peer
             // that sent exactly that).
-            if !(writer == Writer::JAVA && shown.info.status == incoming.status) {
+            if !(writer == Writer::JAVA && shown.info.status == incoming_status) {
                 outcome.replicate.push(controller_record(Action::Register, &shown));
             }
             for (older, _) in superseded {
@@ -707,6 +743,41 @@ impl Registry {
             }
         }
         outcome
+    }
+
+    /// Whether the caps let a client or peer store `info` in place of `replaced` (the instance
+    /// with its id, if there is one: then the counts do not grow).
+    fn admit(&self, info: &InstanceInfo, replaced: Option<&InstanceInfo>) -> Result<(), LimitExceeded> {
+        let limits = &self.config.limits;
+        limits.instance.check(info)?;
+        let freed = replaced.map_or(0, InstanceInfo::text_bytes);
+        if (self.text_bytes - freed.min(self.text_bytes)).saturating_add(info.text_bytes()) > limits.max_registry_bytes
+        {
+            return Err(LimitExceeded::RegistryBytes {
+                limit: limits.max_registry_bytes,
+            });
+        }
+        if replaced.is_some() {
+            return Ok(());
+        }
+        if self.counts.total() >= limits.max_instances as u64 {
+            return Err(LimitExceeded::Instances {
+                limit: limits.max_instances,
+            });
+        }
+        match self.apps.get(&info.app) {
+            Some(app) if app.len() >= limits.max_instances_per_application => {
+                Err(LimitExceeded::InstancesPerApplication {
+                    app: info.app.clone(),
+                    limit: limits.max_instances_per_application,
+                })
+            }
+            Some(_) => Ok(()),
+            None if self.apps.len() >= limits.max_applications => Err(LimitExceeded::Applications {
+                limit: limits.max_applications,
+            }),
+            None => Ok(()),
+        }
     }
 
     fn renew(
@@ -965,7 +1036,14 @@ impl Registry {
         outcome
     }
 
-    fn update_metadata(&mut self, app: &str, id: &str, entries: Metadata, now: i64) -> Outcome {
+    fn update_metadata(
+        &mut self,
+        app: &str,
+        id: &str,
+        entries: Metadata,
+        prepared: Option<(Arc<InstanceInfo>, Box<InstanceInfo>)>,
+        now: i64,
+    ) -> Outcome {
         let Some(entry) = self.apps.get(app).and_then(|a| a.get(id)) else {
             return Outcome::reply(Reply::NotFound);
         };
@@ -974,11 +1052,23 @@ impl Registry {
                 "instance {id} of {app} is managed by {owner}; set its metadata in the EurekaApp"
             )));
         }
-        // Java edits the stored instance and registers it again (a new lease, an ADDED delta).
-        let mut info = Self::native_info(entry);
-        for (k, v) in entries.iter() {
-            info.metadata.insert(k, v);
-        }
+        // Java edits the stored instance and registers it again (a new lease, an ADDED delta);
+        // the caps are checked on registering. An adopted one starts from the client's own
+        // status, not the one the pod imposes here.
+        let info = match prepared {
+            Some((base, merged))
+                if Arc::ptr_eq(&base, &entry.info) && !matches!(entry.holding, Holding::Adopted(_)) =>
+            {
+                *merged
+            }
+            _ => {
+                let mut info = Self::native_info(entry);
+                for (k, v) in entries.iter() {
+                    info.metadata.insert(k, v);
+                }
+                info
+            }
+        };
         let mut outcome = self.register(info, Writer::Client, false, now);
         if outcome.reply == Reply::Registered {
             outcome.reply = Reply::Ok;
@@ -1409,6 +1499,11 @@ impl Registry {
             .collect()
     }
 
+    /// The stored description of `app`/`id` (expired or not), shared.
+    pub fn stored(&self, app: &str, id: &str) -> Option<Arc<InstanceInfo>> {
+        self.apps.get(app).and_then(|a| a.get(id)).map(|e| e.info.clone())
+    }
+
     /// Whether a lease exists for `app`/`id` (expired or not).
     pub fn contains(&self, app: &str, id: &str) -> bool {
         self.apps.get(app).is_some_and(|a| a.contains_key(id))
@@ -1542,7 +1637,9 @@ impl Registry {
         let id = entry.info.id().to_string();
         self.counts.add(entry.info.status);
         *self.by_origin.entry(entry.holding.kind()).or_default() += 1;
+        self.text_bytes += entry.info.text_bytes();
         if let Some(old) = self.apps.entry(app.clone()).or_default().insert(id.clone(), entry) {
+            self.text_bytes -= old.info.text_bytes();
             self.counts.remove(old.info.status);
             if let Some(n) = self.by_origin.get_mut(&old.holding.kind()) {
                 *n = n.saturating_sub(1);
@@ -1557,8 +1654,10 @@ impl Registry {
             return;
         };
         let old = entry.info.status;
+        let bytes = entry.info.text_bytes();
         let info = Arc::make_mut(&mut entry.info);
         edit(info);
+        self.text_bytes = self.text_bytes - bytes + info.text_bytes();
         info.action_type = Some(ActionType::Modified);
         info.last_updated_timestamp = now;
         let new = info.status;
@@ -1570,6 +1669,7 @@ impl Registry {
     /// Removes an entry, cancels its lease and logs a DELETED change with its last state.
     fn remove(&mut self, app: &str, id: &str, now: i64) -> Option<InstanceView> {
         let mut entry = self.apps.get_mut(app)?.remove(id)?;
+        self.text_bytes -= entry.info.text_bytes();
         entry.lease.cancel(now);
         let info = Arc::make_mut(&mut entry.info);
         info.action_type = Some(ActionType::Deleted);
