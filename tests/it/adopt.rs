@@ -3,22 +3,31 @@
 //! to that address and registers with it. The operator adopts the registration (by IP and port,
 //! and by Spring's instance id), the pod's readiness and termination decide its status and its end
 //! (not the client's 90 s lease), and adopted instances never count toward self-preservation, so
-//! a scale-down of adopted pods whose clients die without cancelling never trips it.
+//! a scale-down of adopted pods whose clients die without cancelling never trips it. A readiness
+//! gate on an adopting EurekaApp waits for the adopted registration on every replica.
 
 use std::{
     net::Ipv4Addr,
     time::{Duration, Instant},
 };
 
-use serde_json::Value;
+use k8s_openapi::api::core::v1::Pod;
+use kube::{
+    Api,
+    api::{Patch, PatchParams, PostParams},
+};
+use serde_json::{Value, json};
 
-use crate::common::{
-    eureka::{Heartbeats, Native, SpringClient, http},
-    operator::{
-        Operator, app_status, delete_pod, eureka_app, instance, instances, namespace, pod, prepared, set_ready,
-        wait_instances,
+use crate::{
+    common::{
+        eureka::{Heartbeats, Native, SpringClient, http},
+        operator::{
+            Operator, app_status, delete_pod, eureka_app, instance, instances, namespace, pod, prepared, set_ready,
+            wait_instances,
+        },
+        process::{free_port, wait_for},
     },
-    process::{free_port, wait_for},
+    faults::{leader_of, two_replicas},
 };
 
 fn ip(n: u8) -> Ipv4Addr {
@@ -334,5 +343,129 @@ async fn scaling_down_twenty_adopted_pods_never_trips_self_preservation() {
     println!(
         "ADOPT_SCALE eviction runs held since the scale-down: {}",
         op.server.metric("eureka_eviction_runs_held_total").await.unwrap() - held
+    );
+}
+
+const GATE: &str = "eureka-operator.dev/registered";
+
+/// Whether the pod's readiness-gate condition is True.
+async fn gate_open(pods: &Api<Pod>, name: &str) -> bool {
+    let p = pods.get(name).await.unwrap();
+    p.status
+        .and_then(|s| s.conditions)
+        .is_some_and(|c| c.iter().any(|c| c.type_ == GATE && c.status == "True"))
+}
+
+/// The readiness gate in adopt mode: the leader opens a gated pod's gate once the registration
+/// its own client made (adopted) is UP on every ready replica, not an instance of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readiness_gate_waits_for_the_adopted_registration_on_every_replica() {
+    let Some(cluster) = prepared() else { return };
+    let client = cluster.admin().await;
+    let ns = "adopt-gate";
+    namespace(&client, ns).await;
+    let replicas = two_replicas(cluster, ns, "adopt-gate", 204, &[]).await;
+    eureka_app(
+        cluster,
+        ns,
+        "billing",
+        &format!(
+            "  selector: {{matchLabels: {{app: billing}}}}\n  port: http\n  registration: Adopt\n  \
+             readinessGate: {{conditionType: {GATE}, delaySeconds: 1}}\n"
+        ),
+    );
+    // A pod that lists the gate; its containers are ready, so only the gate holds it back (there
+    // is no kubelet here: the test writes the status a kubelet would).
+    let pod_ip = ip(206);
+    let port = free_port(pod_ip);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let manifest: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "billing-0", "labels": {"app": "billing"}},
+        "spec": {
+            "nodeName": "node-1",
+            "readinessGates": [{"conditionType": GATE}],
+            "containers": [{"name": "app", "image": "example/billing:1",
+                            "ports": [{"name": "http", "containerPort": port}]}]
+        }
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &manifest).await.unwrap();
+    let status = json!({"status": {
+        "phase": "Running",
+        "hostIP": "192.168.7.1",
+        "podIP": pod_ip.to_string(),
+        "podIPs": [{"ip": pod_ip.to_string()}],
+        "conditions": [
+            {"type": "ContainersReady", "status": "True"},
+            {"type": "Ready", "status": "False"}
+        ]
+    }});
+    pods.patch_status("billing-0", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+    wait_status(cluster, ns, "billing", "the pod awaiting its client", |s| {
+        s["awaitingRegistration"] == 1
+    })
+    .await;
+    assert!(
+        !gate_open(&pods, "billing-0").await,
+        "the gate opened with no registration to wait for"
+    );
+
+    // The follower frozen, the pod's own Spring client registers with the leader: UP there (its
+    // containers are ready; only the gate is missing), but the follower cannot confirm it.
+    let leader = leader_of(&replicas).await;
+    let follower = &replicas[1 - leader];
+    follower.server.proc.freeze();
+    let id = format!("billing-0:billing:{port}");
+    let Some(_spring) = SpringClient::start_on(pod_ip, port, &replicas[leader].server.url(), "billing", &id, &[]).await
+    else {
+        follower.server.proc.resume();
+        return;
+    };
+    wait_instances(&replicas[leader].server, "BILLING", &[(id.as_str(), "UP")]).await;
+    assert_eq!(
+        replicas[leader]
+            .server
+            .metric("eureka_instances{origin=\"adopted\"}")
+            .await,
+        Some(1.0)
+    );
+    let held = Duration::from_secs(4);
+    let t = Instant::now();
+    while t.elapsed() < held {
+        assert!(
+            !gate_open(&pods, "billing-0").await,
+            "the gate opened while a replica could not confirm the adopted instance"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    follower.server.proc.resume();
+    let resumed = Instant::now();
+    wait_for(
+        "the gate to open",
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        || async { gate_open(&pods, "billing-0").await.then_some(()) },
+    )
+    .await;
+    let opened = resumed.elapsed();
+    for r in &replicas {
+        assert_eq!(
+            instances(&r.server, "BILLING").await,
+            vec![(id.clone(), "UP".to_string())]
+        );
+        assert_eq!(
+            r.server.metric("eureka_instances{origin=\"adopted\"}").await,
+            Some(1.0),
+            "adopted on every replica, nothing registered by the operator"
+        );
+    }
+    println!(
+        "ADOPT_GATE the gate held {held:?} with a replica frozen and opened {opened:?} after it resumed (delaySeconds 1)"
+    );
+    assert!(
+        opened >= Duration::from_secs(1),
+        "opened before the gate's delay: {opened:?}"
     );
 }
