@@ -590,3 +590,69 @@ fn matching_by_instance_id_and_rival_claims() {
         "{out:?}"
     );
 }
+
+#[test]
+fn a_metadata_edit_keeps_the_clients_status_and_the_caps_apply() {
+    let mut r = registry();
+    r.apply(
+        Command::Claim {
+            claim: claim("p-1", "10.0.0.1", live(Status::Down)),
+        },
+        T0,
+    );
+    register(&mut r, client("a", "10.0.0.1", T0), Writer::Client, T0);
+    assert_eq!(state(&mut r, "a", T0), Some((Status::Down, Origin::Adopted)));
+    // The API layer prepares the merge off the lock from the stored copy, which shows the pod's
+    // DOWN; the client said UP, and UP must show again once the pod is Ready.
+    let base = r.stored(APP, "a").unwrap();
+    let mut merged = Box::new((*base).clone());
+    merged.metadata.insert("zone", "b");
+    let out = r.apply(
+        Command::MergeMetadata {
+            app: APP.into(),
+            id: "a".into(),
+            entries: [("zone", "b")].into_iter().collect(),
+            base,
+            merged,
+        },
+        T0 + 1,
+    );
+    assert_eq!(out.reply, Reply::Ok);
+    let v = r.instance(APP, "a", T0 + 1).unwrap();
+    assert_eq!((v.info.status, v.origin), (Status::Down, Origin::Adopted));
+    assert_eq!(v.info.metadata.get("zone"), Some("b"));
+    r.apply(
+        Command::Claim {
+            claim: claim("p-1", "10.0.0.1", READY),
+        },
+        T0 + 2,
+    );
+    assert_eq!(state(&mut r, "a", T0 + 2), Some((Status::Up, Origin::Adopted)));
+
+    // A pod's own client is held to the same caps as any client.
+    let mut r = Registry::new(
+        RegistryConfig {
+            limits: crate::registry::limits::Limits {
+                max_instances_per_application: 1,
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        T0,
+    );
+    r.apply(
+        Command::Claim {
+            claim: claim("p-2", "10.0.0.2", READY),
+        },
+        T0,
+    );
+    assert_eq!(
+        register(&mut r, client("x", "10.0.0.9", T0), Writer::Client, T0).reply,
+        Reply::Registered
+    );
+    assert!(matches!(
+        register(&mut r, client("b", "10.0.0.2", T0), Writer::Client, T0).reply,
+        Reply::OverLimit(_)
+    ));
+    assert!(r.adopted_of("shop", "orders").is_empty());
+}
