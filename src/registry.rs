@@ -10,8 +10,10 @@
 //! Instances have an origin. Native and replicated instances follow Java's rules exactly. Pod
 //! instances belong to the Kubernetes controller: they never expire, are not evicted and do not
 //! count toward self-preservation (their lifetime is Kubernetes' truth), and clients cannot
-//! overwrite or cancel them.
+//! overwrite or cancel them. Adopted instances are native registrations of pods whose
+//! EurekaApp adopts them ([`adoption`]): the client's own description, held like pod instances.
 
+pub mod adoption;
 pub mod eviction;
 pub mod instance;
 pub mod lease;
@@ -25,6 +27,8 @@ use std::{
     sync::Arc,
 };
 
+use adoption::{Adoption, Decision, controller_record};
+pub use adoption::{Claim, ClaimKey, ClaimState};
 use instance::{ActionType, InstanceInfo, Metadata, Status};
 use lease::{ExpiryMode, Lease};
 use limits::{LimitExceeded, Limits};
@@ -115,7 +119,7 @@ impl Writer {
 }
 
 /// The Kubernetes object a pod instance stands for. Plain strings: no Kubernetes types here.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PodOwner {
     pub namespace: String,
     pub eureka_app: String,
@@ -134,6 +138,12 @@ pub enum Command {
     Register {
         info: InstanceInfo,
         writer: Writer,
+    },
+    /// A registration copied from a peer's registry (the start-up sync, the anti-entropy
+    /// comparison): registered as a replicated write, but its status is what that peer shows,
+    /// which for an adopted instance may be what the pod imposes there, not the client's word.
+    RegisterCopy {
+        info: InstanceInfo,
     },
     Renew {
         app: String,
@@ -197,6 +207,17 @@ pub enum Command {
         app: String,
         id: String,
         owner: PodOwner,
+    },
+    /// States what a selected pod of an adopting EurekaApp asks of its own client's registration
+    /// (see [`adoption`]).
+    Claim {
+        claim: Claim,
+    },
+    /// Withdraws a pod's claim: its registrations are cancelled when the pod is gone, released
+    /// (native again) otherwise.
+    Unclaim {
+        owner: PodOwner,
+        pod_gone: bool,
     },
 }
 
@@ -366,7 +387,7 @@ pub struct Stats {
     pub instances: u64,
     /// Native and replicated leases that have expired but are still registered.
     pub expired: u64,
-    pub by_origin: [(Origin, u64); 3],
+    pub by_origin: [(Origin, u64); 4],
     pub by_status: StatusCounts,
     pub applications: usize,
     pub version: u64,
@@ -399,6 +420,8 @@ enum Holding {
         /// A REST override, until the pod's annotation shows it.
         rest: Option<RestOverride>,
     },
+    /// A native or replicated registration adopted for a pod.
+    Adopted(Adoption),
 }
 
 impl Holding {
@@ -407,11 +430,17 @@ impl Holding {
             Holding::Native => Origin::Native,
             Holding::Replicated => Origin::Replicated,
             Holding::Pod { .. } => Origin::Pod,
+            Holding::Adopted(_) => Origin::Adopted,
         }
     }
 
     fn is_pod(&self) -> bool {
         matches!(self, Holding::Pod { .. })
+    }
+
+    /// Whether the lease counts toward self-preservation (and expires): native and replicated.
+    fn counted(&self) -> bool {
+        matches!(self, Holding::Native | Holding::Replicated)
     }
 }
 
@@ -420,6 +449,8 @@ struct Entry {
     info: Arc<InstanceInfo>,
     lease: Lease,
     holding: Holding,
+    /// Registered from a copy of a peer's registry ([`Command::RegisterCopy`]).
+    copied: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -454,6 +485,8 @@ pub struct Registry {
     preservation: Preservation,
     last_eviction: Option<i64>,
     totals: Totals,
+    /// What the controller says about the pods of adopting EurekaApps.
+    claims: adoption::Claims,
     /// Bytes of text of every stored instance (what `limits.max_registry_bytes` caps).
     text_bytes: usize,
 }
@@ -479,6 +512,7 @@ impl Registry {
             preservation,
             last_eviction: None,
             totals: Totals::default(),
+            claims: adoption::Claims::default(),
             text_bytes: 0,
         }
     }
@@ -507,7 +541,8 @@ impl Registry {
     /// Applies one write.
     pub fn apply(&mut self, command: Command, now: i64) -> Outcome {
         match command {
-            Command::Register { info, writer } => self.register(info, writer, now),
+            Command::Register { info, writer } => self.register(info, writer, false, now),
+            Command::RegisterCopy { info } => self.register(info, Writer::REPLICA, true, now),
             Command::Renew {
                 app,
                 id,
@@ -541,12 +576,14 @@ impl Registry {
             Command::Evict { app, id } => self.evict_replicated(&app, &id, now),
             Command::UpsertPod { info, owner, overrides } => self.upsert_pod(info, owner, overrides, now),
             Command::RemovePod { app, id, owner } => self.remove_pod(&app, &id, &owner, now),
+            Command::Claim { claim } => self.claim(claim, now),
+            Command::Unclaim { owner, pod_gone } => self.unclaim(&owner, pod_gone, now),
         }
     }
 
     // === writes ===
 
-    fn register(&mut self, incoming: InstanceInfo, writer: Writer, now: i64) -> Outcome {
+    fn register(&mut self, incoming: InstanceInfo, writer: Writer, copy: bool, now: i64) -> Outcome {
         let app = incoming.app.clone();
         let id = incoming.id().to_string();
         let replication = writer.is_replication();
@@ -563,18 +600,51 @@ impl Registry {
         if let Err(e) = self.admit(&incoming, existing.as_ref().map(|e| &*e.info)) {
             return Outcome::reply(Reply::OverLimit(e));
         }
+        // A pod of an adopting EurekaApp: adopted, or refused once the pod is gone.
+        let adopter = match self.decide_adoption(&incoming, now) {
+            Decision::None => None,
+            Decision::Adopt(owner) => Some(owner),
+            Decision::Refuse(message) => return Outcome::reply(Reply::Refused(message)),
+        };
+        // One endpoint has one process: a newer registration from it supersedes older ones.
+        let superseded = match &adopter {
+            Some(owner) => {
+                let siblings = self.adopted_siblings(owner, &app, &id);
+                if let Some((newer, _)) = siblings.iter().find(|(_, d)| *d > incoming.last_dirty_timestamp) {
+                    return Outcome::reply(Reply::Refused(format!(
+                        "instance {id} of {app} is older than {newer}, registered since from the same pod ({owner})"
+                    )));
+                }
+                siblings
+            }
+            None => Vec::new(),
+        };
+        let counted_before = existing.as_ref().map(|e| e.holding.counted());
+        match (counted_before, adopter.is_none()) {
+            (None, true) | (Some(false), true) => self.preservation.client_registered(),
+            (Some(true), false) => self.preservation.client_cancelled(),
+            _ => {}
+        }
+        let incoming_status = incoming.status;
         let duration_secs = incoming.lease.normalised().duration_secs;
         // A stored copy that is strictly newer wins over the registration (which is still what
         // peers are told about).
         let (mut registrant, stale_incoming) = match &existing {
             Some(e) if e.info.last_dirty_timestamp > incoming.last_dirty_timestamp => {
-                ((*e.info).clone(), Some(incoming))
+                (Self::native_info(e), Some(incoming))
             }
-            Some(_) => (incoming, None),
-            None => {
-                self.preservation.client_registered();
-                (incoming, None)
+            Some(e)
+                if writer == Writer::JAVA
+                    && matches!(&e.holding, Holding::Adopted(a) if a.raw_known && a.raw != e.info.status)
+                    && incoming.status == e.info.status =>
+            {
+                // A Java peer hands back the status the pod imposes here (Java keeps a lease's
+                // UP/OUT_OF_SERVICE against its client's registrations): the client's stays.
+                let mut registrant = incoming;
+                registrant.status = Self::native_status(e);
+                (registrant, None)
             }
+            _ => (incoming, None),
         };
         let mut lease = Lease::new(now, duration_secs);
         if let Some(e) = &existing {
@@ -599,25 +669,40 @@ impl Registry {
         let status = rules::resolve(
             registrant.status,
             override_status,
-            existing.as_ref().map(|e| e.info.status),
+            existing.as_ref().map(Self::native_status),
             replication,
         );
         registrant.status = status;
-        if status == Status::Up {
+        let base = if replication {
+            Origin::Replicated
+        } else {
+            Origin::Native
+        };
+        let holding = match adopter.clone() {
+            Some(owner) => {
+                registrant.status =
+                    adoption::shown_status(status, self.claims.state_of(&owner), override_status.is_some());
+                Holding::Adopted(Adoption {
+                    owner,
+                    base,
+                    raw: status,
+                    raw_known: !copy,
+                })
+            }
+            None if replication => Holding::Replicated,
+            None => Holding::Native,
+        };
+        if registrant.status == Status::Up {
             lease.service_up(now);
         }
         registrant.action_type = Some(ActionType::Added);
         registrant.last_updated_timestamp = now;
-        let holding = if replication {
-            Holding::Replicated
-        } else {
-            Holding::Native
-        };
         self.put(
             Entry {
                 info: Arc::new(registrant),
                 lease,
                 holding,
+                copied: copy,
             },
             now,
         );
@@ -627,15 +712,17 @@ impl Registry {
         {
             // Java replicates the registration as received: when the stored copy was newer and
             // kept, peers still get the incoming (stale) one and resolve it by its timestamp.
-            let stored = self.view_of(&app, &id).expect("just registered");
+            // An adopted registration goes out as the client's (the replicas impose the pod's
+            // status themselves).
+            let stored = self.replica_view(&app, &id).expect("just registered");
             let mut instance = stored.clone();
             if let Some(incoming) = stale_incoming {
                 instance.info = Arc::new(incoming);
             }
             outcome.replicate.push(Replication {
                 action: Action::Register,
-                app,
-                id,
+                app: app.clone(),
+                id: id.clone(),
                 last_dirty_timestamp: Some(instance.info.last_dirty_timestamp),
                 status: Some(instance.info.status),
                 overridden_status: None,
@@ -643,6 +730,17 @@ impl Registry {
                 origin: stored.origin,
                 writer,
             });
+        }
+        if adopter.is_some() {
+            let shown = self.view_of(&app, &id).expect("just registered");
+            // Java peers get the status shown here from the leader (not back to a Java peer
+            // that sent exactly that).
+            if !(writer == Writer::JAVA && shown.info.status == incoming_status) {
+                outcome.replicate.push(controller_record(Action::Register, &shown));
+            }
+            for (older, _) in superseded {
+                self.cancel_for_claim(&app, &older, now, &mut outcome.replicate);
+            }
         }
         outcome
     }
@@ -699,7 +797,12 @@ impl Registry {
             // Kept alive by the controller; a client heartbeat is acknowledged and ignored.
             return Outcome::reply(Reply::Ok);
         }
-        let current = entry.info.status;
+        if matches!(&entry.holding, Holding::Adopted(a) if !a.raw_known) {
+            // Only a peer's copy is known here: whoever holds the client's own sends it again.
+            return Outcome::reply(Reply::NotFound);
+        }
+        let counted = entry.holding.counted();
+        let current = Self::native_status(entry);
         let override_status = self.access_override(id, now);
         let status = rules::resolve(current, override_status, Some(current), replication);
         if status == Status::Unknown {
@@ -708,9 +811,12 @@ impl Registry {
         }
         if status != current {
             // Java corrects the status silently; a delta entry keeps clients' hash codes right.
-            self.modify(app, id, now, |info| info.status = status);
+            self.modify_native(app, id, status, now, |_| {});
         }
-        self.preservation.renewed(now);
+        if counted {
+            // Adopted instances do not count toward self-preservation: nor do their renewals.
+            self.preservation.renewed(now);
+        }
         self.totals.renewals += 1;
         let entry = self.apps.get_mut(app).and_then(|a| a.get_mut(id)).expect("present");
         entry.lease.renew(now);
@@ -771,7 +877,10 @@ impl Registry {
         let Some(removed) = self.remove(app, id, now) else {
             return Outcome::reply(Reply::NotFound);
         };
-        self.preservation.client_cancelled();
+        // An adopted instance's client cancels as it shuts down: honoured, as Java does.
+        if removed.origin != Origin::Adopted {
+            self.preservation.client_cancelled();
+        }
         self.totals.cancellations += 1;
         Outcome {
             reply: Reply::Ok,
@@ -797,7 +906,7 @@ impl Registry {
         let Some(entry) = self.apps.get(app).and_then(|a| a.get(id)) else {
             return false;
         };
-        if entry.holding.is_pod() || !entry.lease.is_expired(now, 0, mode) {
+        if !entry.holding.counted() || !entry.lease.is_expired(now, 0, mode) {
             return true;
         }
         !self.preservation.lease_expiration_enabled(now)
@@ -831,14 +940,15 @@ impl Registry {
         if pod_override.is_some() {
             self.refresh_pod_status(app, id, dirty, now);
         } else if entry.info.status != status {
+            // (For an adopted instance: what is shown, which a pod's state or the EurekaApp's
+            // override may make differ from what the client said.)
             if status == Status::Up {
                 entry.lease.service_up(now);
             }
             self.overrides
                 .insert(id.to_string(), OverrideEntry { status, accessed: now });
-            self.modify(app, id, now, |info| {
+            self.modify_native(app, id, status, now, |info| {
                 info.overridden_status = status;
-                info.status = status;
                 if let Some(d) = dirty.filter(|d| *d > info.last_dirty_timestamp) {
                     info.last_dirty_timestamp = d;
                 }
@@ -847,6 +957,11 @@ impl Registry {
         let entry = self.apps.get(app).and_then(|a| a.get(id)).expect("present");
         let mut outcome = Outcome::reply(Reply::Ok);
         outcome.pod_override = pod_override;
+        if matches!(entry.holding, Holding::Adopted(_)) {
+            // Java peers take the override as any; then the status shown here, from the leader.
+            let shown = self.view(entry);
+            outcome.replicate.push(controller_record(Action::Register, &shown));
+        }
         {
             outcome.replicate.push(Replication {
                 action: Action::StatusUpdate,
@@ -890,9 +1005,8 @@ impl Registry {
         if pod_override.is_some() {
             self.refresh_pod_status(app, id, dirty, now);
         } else if self.overrides.remove(id).is_some() {
-            self.modify(app, id, now, |info| {
+            self.modify_native(app, id, status, now, |info| {
                 info.overridden_status = Status::Unknown;
-                info.status = status;
                 if let Some(d) = dirty.filter(|d| *d > info.last_dirty_timestamp) {
                     info.last_dirty_timestamp = d;
                 }
@@ -901,18 +1015,23 @@ impl Registry {
         let entry = self.apps.get(app).and_then(|a| a.get(id)).expect("present");
         let mut outcome = Outcome::reply(Reply::Ok);
         outcome.pod_override = pod_override;
+        let adopted = matches!(entry.holding, Holding::Adopted(_));
         {
             outcome.replicate.push(Replication {
                 action: Action::DeleteStatusOverride,
                 app: app.to_string(),
                 id: id.to_string(),
                 last_dirty_timestamp: Some(entry.info.last_dirty_timestamp),
-                status: Some(entry.info.status),
+                status: Some(Self::native_status(entry)),
                 overridden_status: None,
                 instance: None,
                 origin: entry.holding.kind(),
                 writer,
             });
+        }
+        if adopted {
+            let shown = self.view(entry);
+            outcome.replicate.push(controller_record(Action::Register, &shown));
         }
         outcome
     }
@@ -934,18 +1053,23 @@ impl Registry {
             )));
         }
         // Java edits the stored instance and registers it again (a new lease, an ADDED delta);
-        // the caps are checked on registering.
+        // the caps are checked on registering. An adopted one starts from the client's own
+        // status, not the one the pod imposes here.
         let info = match prepared {
-            Some((base, merged)) if Arc::ptr_eq(&base, &entry.info) => *merged,
+            Some((base, merged))
+                if Arc::ptr_eq(&base, &entry.info) && !matches!(entry.holding, Holding::Adopted(_)) =>
+            {
+                *merged
+            }
             _ => {
-                let mut info = (*entry.info).clone();
+                let mut info = Self::native_info(entry);
                 for (k, v) in entries.iter() {
                     info.metadata.insert(k, v);
                 }
                 info
             }
         };
-        let mut outcome = self.register(info, Writer::Client, now);
+        let mut outcome = self.register(info, Writer::Client, false, now);
         if outcome.reply == Reply::Registered {
             outcome.reply = Reply::Ok;
         }
@@ -975,6 +1099,20 @@ impl Registry {
             Some(Holding::Pod { owner: held_by, .. }) => {
                 return Outcome::reply(Reply::Refused(format!("instance id {id} is already held by {held_by}")));
             }
+            // The pod's own client registered under the id the operator gives it (the same IP
+            // and port: the same process): the pod instance takes the registration over, with
+            // no gap and no duplicate (a service moving from its own client to the operator).
+            Some(held)
+                if existing
+                    .as_ref()
+                    .is_some_and(|(_, e)| e.ip_addr == info.ip_addr && e.port.port == info.port.port) =>
+            {
+                if held.counted() {
+                    self.preservation.client_cancelled();
+                }
+                self.overrides.remove(&id);
+                None
+            }
             Some(_) => {
                 return Outcome::reply(Reply::Refused(format!(
                     "instance id {id} is already held by a natively registered Eureka client"
@@ -982,6 +1120,7 @@ impl Registry {
             }
             None => None,
         };
+        let taken_over = existing.as_ref().is_some_and(|(h, _)| !h.is_pod());
         let reported = info.status;
         let effective_override = effective_override(overrides, rest);
         info.overridden_status = effective_override;
@@ -998,8 +1137,14 @@ impl Registry {
             candidate.last_dirty_timestamp = existing.last_dirty_timestamp;
             let entry = self.apps.get_mut(&app).and_then(|a| a.get_mut(&id)).expect("present");
             // The origin always takes the latest intent, even when the instance stays the same.
-            entry.holding = origin;
-            if existing.same_description(&candidate) {
+            let before = std::mem::replace(&mut entry.holding, origin).kind();
+            if taken_over {
+                entry.copied = false;
+                if let Some(n) = self.by_origin.get_mut(&before) {
+                    *n = n.saturating_sub(1);
+                }
+                *self.by_origin.entry(Origin::Pod).or_default() += 1;
+            } else if existing.same_description(&candidate) {
                 return Outcome::reply(Reply::Unchanged);
             }
             entry.lease.duration_ms = i64::from(info.lease.normalised().duration_secs) * 1000;
@@ -1040,6 +1185,7 @@ impl Registry {
                 info: Arc::new(info),
                 lease,
                 holding: origin,
+                copied: false,
             },
             now,
         );
@@ -1097,8 +1243,10 @@ impl Registry {
         let Some(entry) = self.apps.get(app).and_then(|a| a.get(id)) else {
             return Outcome::reply(Reply::NotFound);
         };
-        if entry.holding.is_pod() {
-            return Outcome::reply(Reply::Refused(format!("instance {id} of {app} is a pod instance")));
+        if !entry.holding.counted() {
+            return Outcome::reply(Reply::Refused(format!(
+                "instance {id} of {app} is a pod instance or adopted; it does not expire"
+            )));
         }
         if !entry.lease.is_expired(now, 0, mode) {
             return Outcome::reply(Reply::Refused(format!(
@@ -1131,7 +1279,7 @@ impl Registry {
             .flat_map(|(app, entries)| {
                 entries
                     .iter()
-                    .filter(|(_, e)| !e.holding.is_pod() && e.lease.is_expired(now, compensation, mode))
+                    .filter(|(_, e)| e.holding.counted() && e.lease.is_expired(now, compensation, mode))
                     .map(|(id, _)| Evicted {
                         app: app.clone(),
                         id: id.clone(),
@@ -1183,6 +1331,7 @@ impl Registry {
         }
         let expiry = self.config.override_expiry_ms;
         self.overrides.retain(|_, o| now - o.accessed <= expiry);
+        self.claims.purge(now);
     }
 
     // === reads ===
@@ -1393,7 +1542,7 @@ impl Registry {
             startup_time: self.preservation.startup_time,
             instances: self.counts.total(),
             expired: self.expired_count(now),
-            by_origin: [Origin::Native, Origin::Replicated, Origin::Pod]
+            by_origin: [Origin::Native, Origin::Replicated, Origin::Pod, Origin::Adopted]
                 .map(|k| (k, self.by_origin.get(&k).copied().unwrap_or(0))),
             by_status: self.counts,
             applications: self.apps.values().filter(|a| !a.is_empty()).count(),
@@ -1417,12 +1566,16 @@ impl Registry {
         self.apps
             .values()
             .flat_map(|a| a.values())
-            .filter(|e| !e.holding.is_pod() && e.lease.is_expired(now, 0, mode))
+            .filter(|e| e.holding.counted() && e.lease.is_expired(now, 0, mode))
             .count() as u64
     }
 
+    /// The native and replicated instances: those that count toward self-preservation.
     fn non_pod_instances(&self) -> u64 {
-        self.counts.total() - self.by_origin.get(&Origin::Pod).copied().unwrap_or(0)
+        let held = |o| self.by_origin.get(&o).copied().unwrap_or(0);
+        self.counts
+            .total()
+            .saturating_sub(held(Origin::Pod) + held(Origin::Adopted))
     }
 
     fn access_override(&mut self, id: &str, now: i64) -> Option<Status> {

@@ -11,7 +11,9 @@
 //! * a write a Java peer replicated to us goes to our replicas only (Java peers replicate to
 //!   one of us; the others learn it from that one);
 //! * the controller's pod instances go to Java peers, from the leader only (every replica
-//!   derives them from its own watch);
+//!   derives them from its own watch); so does the status an adopted instance shows, while a
+//!   client's own registration of an adopted instance goes to the replicas only, as the
+//!   client's (each replica imposes its pod's status itself);
 //! * the leader's evictions go to the replicas (followers do not evict).
 //!
 //! The leader also keeps Java peers' copies of pod instances alive with heartbeats, and
@@ -160,6 +162,7 @@ pub struct Targets {
 /// Pure: the peers a record is for, given who wrote it, the instance's origin, and whether we lead.
 pub fn route(record: &Replication, leader: bool) -> Targets {
     let pod = record.origin == Origin::Pod;
+    let adopted_registration = record.origin == Origin::Adopted && record.action == Action::Register;
     let (replicas, java) = match record.writer {
         // The leader's evictions: followers do not evict themselves.
         Writer::Expiry => (true, false),
@@ -171,6 +174,8 @@ pub fn route(record: &Replication, leader: bool) -> Targets {
         Writer::Controller => (false, leader),
         // A REST override on a pod instance: the replicas apply it; Java via the leader.
         Writer::Client if pod => (true, leader),
+        // The client's word: Java gets the status shown, from the leader (a controller record).
+        Writer::Client if adopted_registration => (true, false),
         Writer::Client => (true, true),
     };
     Targets { replicas, java }
@@ -654,10 +659,12 @@ impl Replicator {
         match (record.action, status) {
             (_, 200..=299) => {}
             (Action::Heartbeat, 404) => {
-                // The peer does not know the instance (or ours is newer): send our copy.
-                let copy = self
-                    .state
-                    .with_registry(|r, now| r.instance(&record.app, &record.id, now));
+                // The peer does not know the instance (or ours is newer): send our copy (to a
+                // replica, an adopted instance as its client registered it).
+                let copy = self.state.with_registry(|r, now| match q.kind {
+                    PeerKind::Replica => r.replica_view(&record.app, &record.id),
+                    PeerKind::Java => r.instance(&record.app, &record.id, now),
+                });
                 if let Some(view) = copy {
                     self.enqueue(q, register_record(&view, record.writer), Instant::now());
                 }
@@ -769,5 +776,15 @@ mod tests {
         assert_eq!(route(&rec(Writer::REPLICA, Pod), true), t(false, true));
         // Evictions (leader only) reach the followers.
         assert_eq!(route(&rec(Writer::Expiry, Native), true), t(true, false));
+        // An adopted instance's registration: the client's word to the replicas; what the pod
+        // makes of it to Java, from the leader.
+        assert_eq!(route(&rec(Writer::Client, Adopted), true), t(true, false));
+        assert_eq!(route(&rec(Writer::REPLICA, Adopted), true), t(false, false));
+        assert_eq!(route(&rec(Writer::Controller, Adopted), false), t(false, false));
+        assert_eq!(route(&rec(Writer::Controller, Adopted), true), t(false, true));
+        // Its heartbeats and cancels go everywhere, as a native instance's.
+        let mut heartbeat = rec(Writer::Client, Adopted);
+        heartbeat.action = Action::Heartbeat;
+        assert_eq!(route(&heartbeat, false), t(true, true));
     }
 }

@@ -19,6 +19,13 @@
 //! * pod instances of an EurekaApp that is gone are removed by a periodic sweep too, so a deletion
 //!   missed during a watch gap (or without the finalizer) cannot leave them behind.
 //!
+//! With `registration: Adopt` the registry part states a claim per selected pod instead of an
+//! instance (see [`crate::registry::adoption`]): the pods' own registrations are adopted as they
+//! arrive. A claim whose pod is gone cancels its registrations; one withdrawn otherwise (the pod
+//! stopped matching, the EurekaApp was deleted, suspended or switched to `Operator`) releases
+//! them, native again. An adoption that happens between reconciles (a client registering, or
+//! cancelling) asks for one, so the status counts follow.
+//!
 //! With `--watch-namespaces`, each namespace gets its own `Controller` (a kube reflector watches
 //! one namespace or all of them); their triggers are routed by namespace.
 
@@ -47,7 +54,7 @@ use prometheus_client::metrics::{counter::Counter, gauge::Gauge, histogram::Hist
 use tokio::sync::{mpsc, watch};
 
 use super::{
-    crd::{EurekaApp, EurekaAppStatus, FINALIZER, ReadinessGate},
+    crd::{EurekaApp, EurekaAppStatus, FINALIZER, ReadinessGate, Registration},
     index::{AppKey, Index, Scope, Touched},
     plan::{self, Context as PlanContext, Plan, Problem, Target, selector_matches},
     pods::PodInfo,
@@ -56,7 +63,10 @@ use super::{
 };
 use crate::{
     health::{Condition, Health},
-    registry::{Command, Outcome, PeerKind, PodOwner, Reply, view::InstanceView},
+    registry::{
+        ClaimKey, ClaimState, Command, Outcome, PeerKind, PodOwner, Reply,
+        view::{InstanceView, Origin},
+    },
     replication::{Peer, client::PeerClient},
     runtime::supervisor::Shutdown,
     state::{AppState, OutcomeListener},
@@ -259,11 +269,23 @@ pub struct Context {
     blocked: Mutex<BlockedIds>,
     /// Consecutive failed reconciles per app (the error policy's backoff).
     failures: Mutex<HashMap<AppKey, u32>>,
+    /// The endpoints adopting EurekaApps claim, and the adopted ids seen, by app: a client's
+    /// registration or cancel there between reconciles asks for one ([`AdoptionWaker`]).
+    claimed: Mutex<Claimed>,
     /// The peers; the readiness gate opens once every ready replica has the instance.
     peers: watch::Receiver<Vec<Peer>>,
     peer_client: PeerClient,
     /// When every replica was first seen holding a gated pod's instance UP, by (namespace, pod).
     gates_confirmed: Mutex<HashMap<(String, String), std::time::Instant>>,
+}
+
+/// The adopting EurekaApps' endpoints and adopted ids (see [`AdoptionWaker`]).
+#[derive(Default)]
+struct Claimed {
+    endpoints: HashMap<ClaimKey, AppKey>,
+    ids: HashMap<(String, String), AppKey>,
+    /// The adopted ids each EurekaApp's last reconcile saw (for the `Adopted` Events).
+    reported: HashMap<AppKey, HashSet<String>>,
 }
 
 /// What the registry part of a reconcile decided, for the leader to write.
@@ -305,6 +327,38 @@ impl OutcomeListener for ConflictWaker {
                 if ids.contains(&id) {
                     self.0.triggers.send(key);
                 }
+            }
+        }
+    }
+}
+
+/// Looks at an adopting EurekaApp again when one of its pods' clients registers or cancels, so its
+/// status (adopted counts, pods awaiting registration) follows without waiting for a pod change.
+pub struct AdoptionWaker(Arc<Context>);
+
+impl OutcomeListener for AdoptionWaker {
+    fn on_outcome(&self, outcome: &Outcome) {
+        let mut claimed = None;
+        for r in &outcome.replicate {
+            // The controller's own changes come from a reconcile.
+            if r.writer == crate::registry::Writer::Controller {
+                continue;
+            }
+            let claimed = claimed.get_or_insert_with(|| self.0.claimed.lock());
+            let id = (r.app.clone(), r.id.clone());
+            let key = match (r.action, &r.instance) {
+                (crate::registry::Action::Register, Some(view)) if view.origin == Origin::Adopted => {
+                    let key = claimed.endpoints.get(&ClaimKey::of(&view.info)).cloned();
+                    if let Some(k) = &key {
+                        claimed.ids.insert(id, k.clone());
+                    }
+                    key
+                }
+                (crate::registry::Action::Cancel, _) => claimed.ids.remove(&id),
+                _ => None,
+            };
+            if let Some(key) = key {
+                self.0.triggers.send(&key);
             }
         }
     }
@@ -380,11 +434,13 @@ pub async fn run(settings: Settings, parts: Parts, shutdown: Shutdown) -> anyhow
         limiter: Mutex::default(),
         blocked: Mutex::default(),
         failures: Mutex::default(),
+        claimed: Mutex::default(),
         peers,
         peer_client,
         gates_confirmed: Mutex::default(),
     });
     state.add_listener(Arc::new(ConflictWaker(ctx.clone())));
+    state.add_listener(Arc::new(AdoptionWaker(ctx.clone())));
 
     let runs = futures::future::join_all(controllers.into_iter().map(|c| {
         let ctx = ctx.clone();
@@ -662,6 +718,29 @@ impl Context {
             self.metrics.swept.inc_by(n as u64);
             tracing::info!(removed = n, "removed pod instances whose EurekaApp is gone");
         }
+        let orphan_claims: Vec<PodOwner> = self.state.with_registry(|r, _| {
+            r.claim_owners()
+                .into_iter()
+                .filter(|o| {
+                    !self.stores.contains(&AppKey {
+                        namespace: o.namespace.clone(),
+                        name: o.eureka_app.clone(),
+                    })
+                })
+                .collect()
+        });
+        for owner in &orphan_claims {
+            self.state.apply(Command::Unclaim {
+                owner: owner.clone(),
+                pod_gone: false,
+            });
+        }
+        if !orphan_claims.is_empty() {
+            tracing::info!(
+                released = orphan_claims.len(),
+                "released the registrations adopted for EurekaApps that are gone"
+            );
+        }
     }
 
     /// Deregisters the given pod instances; returns how many went.
@@ -722,6 +801,7 @@ impl Context {
         problems.extend(plan.invalid.clone().map(Problem::InvalidSpec));
         let (registered, conflicts) = self.upsert(key, &plan);
         problems.extend(conflicts);
+        problems.extend(self.state_claims(key, &plan, &snapshot.pods));
         // An invalid spec plans nothing: keep what the last valid spec produced.
         let removed = if plan.invalid.is_some() {
             0
@@ -732,11 +812,58 @@ impl Context {
             Some(at) => Action::requeue(Duration::from_millis((at - now).max(0) as u64 + 5)),
             None => Action::await_change(),
         };
-        let instances = self
-            .state
-            .with_registry(|r, _| r.pod_instances_of(&key.namespace, &key.name));
-        let counts = status::counts(instances.iter().map(|(_, v)| v.info.status));
+        let adopt = app.spec.registration == Registration::Adopt;
+        let adopted = self.state.with_registry(|r, _| r.adopted_of(&key.namespace, &key.name));
+        if plan.invalid.is_none() {
+            self.remember_claims(key, plan.claims.iter().map(|c| c.key.clone()), &adopted);
+        }
+        let instances = if adopt {
+            Vec::new()
+        } else {
+            self.state
+                .with_registry(|r, _| r.pod_instances_of(&key.namespace, &key.name))
+        };
+        let (counts, awaiting) = if adopt {
+            let with_registration: HashSet<&str> = adopted.iter().map(|(o, _)| o.pod.as_str()).collect();
+            let mut awaiting: Vec<String> = plan
+                .claims
+                .iter()
+                .filter(|c| matches!(c.state, ClaimState::Live { .. }))
+                .filter(|c| !with_registration.contains(c.owner.pod.as_str()))
+                .map(|c| c.owner.pod.clone())
+                .collect();
+            awaiting.sort();
+            (
+                status::counts(adopted.iter().map(|(_, v)| v.info.status), true),
+                awaiting,
+            )
+        } else {
+            (
+                status::counts(instances.iter().map(|(_, v)| v.info.status), false),
+                Vec::new(),
+            )
+        };
         let mut notes = Vec::new();
+        // Registrations adopted since the last reconcile (here, or as they arrived).
+        let adopted_now: HashSet<String> = adopted.iter().map(|(_, v)| v.id().to_string()).collect();
+        let mut newly: Vec<String> = {
+            let mut claimed = self.claimed.lock();
+            let seen = claimed.reported.entry(key.clone()).or_default();
+            let newly = adopted_now.difference(seen).cloned().collect();
+            *seen = adopted_now;
+            newly
+        };
+        if !newly.is_empty() {
+            newly.sort();
+            let ids: Vec<&str> = newly.iter().map(String::as_str).collect();
+            let message = format!(
+                "adopted {} registration(s) of {} made by the pods' own clients: {}",
+                ids.len(),
+                plan.app_name,
+                ids.join(", ")
+            );
+            notes.push(Note::normal("Adopted", "Adopt", message));
+        }
         if !registered.is_empty() {
             let message = format!(
                 "registered {} instance(s) of {}: {}",
@@ -752,14 +879,74 @@ impl Context {
         }
         notes.extend(self.new_problems(key, &problems));
         let gated = app.spec.readiness_gate.clone().map(|gate| Gated {
-            waiting: gate_waiting(&gate, &plan, &snapshot.pods, &instances),
+            waiting: if adopt {
+                adopted_gate_waiting(&gate, &snapshot.pods, &adopted)
+            } else {
+                gate_waiting(&gate, &plan, &snapshot.pods, &instances)
+            },
             gate,
         });
         Applied {
-            status: Some(status::status(app, &plan, &problems, counts, now)),
+            status: Some(status::status(app, &plan, &problems, counts, &awaiting, now)),
             notes,
             action,
             gated,
+        }
+    }
+
+    /// States the plan's claims (none unless the EurekaApp adopts) and withdraws the others of
+    /// this EurekaApp, except those of pods it could not plan: a pod that is gone (or finished)
+    /// has its registrations cancelled, one that stopped matching has them released. Returns the
+    /// claims refused because another pod's claim holds the endpoint.
+    fn state_claims(&self, key: &AppKey, plan: &Plan, pods: &[Arc<PodInfo>]) -> Vec<Problem> {
+        let mut problems = Vec::new();
+        if plan.invalid.is_some() {
+            // Nothing is planned: the last valid spec's claims stay.
+            return problems;
+        }
+        for c in &plan.claims {
+            let outcome = self.state.apply(Command::Claim { claim: c.clone() });
+            if let Reply::Refused(message) = outcome.reply {
+                problems.push(Problem::InstanceIdConflict(message));
+            }
+        }
+        let wanted: HashSet<&str> = plan.claims.iter().map(|c| c.owner.pod.as_str()).collect();
+        let held: HashSet<&str> = plan.held.iter().map(String::as_str).collect();
+        let stale: Vec<PodOwner> = self
+            .state
+            .with_registry(|r, _| r.claims_of(&key.namespace, &key.name))
+            .into_iter()
+            .map(|(o, _)| o)
+            .filter(|o| !wanted.contains(o.pod.as_str()) && !held.contains(o.pod.as_str()))
+            .collect();
+        for owner in stale {
+            let running = pods.iter().any(|p| p.name == owner.pod && !p.finished());
+            self.state.apply(Command::Unclaim {
+                owner,
+                pod_gone: !running,
+            });
+        }
+        problems
+    }
+
+    /// Records the endpoints `key` claims now and the registrations adopted for it, for the
+    /// [`AdoptionWaker`].
+    fn remember_claims(
+        &self,
+        key: &AppKey,
+        endpoints: impl Iterator<Item = ClaimKey>,
+        adopted: &[(PodOwner, InstanceView)],
+    ) {
+        let mut claimed = self.claimed.lock();
+        claimed.endpoints.retain(|_, k| k != key);
+        claimed.ids.retain(|_, k| k != key);
+        for e in endpoints {
+            claimed.endpoints.insert(e, key.clone());
+        }
+        for (_, v) in adopted {
+            claimed
+                .ids
+                .insert((v.info.app.clone(), v.id().to_string()), key.clone());
         }
     }
 
@@ -808,6 +995,13 @@ impl Context {
     /// A deleted or suspended EurekaApp: every instance goes.
     fn deregister_all(&self, key: &AppKey, app: &EurekaApp, current: &[(PodOwner, InstanceView)], now: i64) -> Applied {
         let n = self.remove(current);
+        // Adopted registrations belong to their clients: released, native again.
+        let claims = self.state.with_registry(|r, _| r.claims_of(&key.namespace, &key.name));
+        for (owner, _) in claims {
+            self.state.apply(Command::Unclaim { owner, pod_gone: false });
+        }
+        self.remember_claims(key, std::iter::empty(), &[]);
+        self.claimed.lock().reported.remove(key);
         self.set_blocked(key, HashSet::new());
         self.reported.lock().remove(key);
         let deleting = app.metadata.deletion_timestamp.is_some();
@@ -1048,6 +1242,25 @@ fn gate_waiting(
             })
         })
         .map(|d| (d.owner.pod.clone(), d.info.app.clone(), d.info.id().to_string()))
+        .collect()
+}
+
+/// As [`gate_waiting`] for an adopting EurekaApp: the gated pods whose adopted registration is
+/// UP here (a pod's claim shows the client's status once its containers are ready and only the
+/// gate is missing).
+fn adopted_gate_waiting(
+    gate: &ReadinessGate,
+    pods: &[Arc<PodInfo>],
+    adopted: &[(PodOwner, InstanceView)],
+) -> Vec<(String, String, String)> {
+    adopted
+        .iter()
+        .filter(|(_, v)| v.info.status == crate::registry::instance::Status::Up)
+        .filter(|(o, _)| {
+            pods.iter()
+                .any(|p| p.name == o.pod && p.declares(&gate.condition_type) && !p.gate_open(&gate.condition_type))
+        })
+        .map(|(o, v)| (o.pod.clone(), v.info.app.clone(), v.id().to_string()))
         .collect()
 }
 

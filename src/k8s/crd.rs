@@ -1,7 +1,8 @@
 //! The `EurekaApp` custom resource (`eureka-operator.dev/v1alpha1`): which Pods become which
-//! Eureka instances, and how. Field names echo Spring's `eureka.instance.*` where one exists. What
-//! can be checked at admission is checked there (schema and CEL rules); the rest is reported in
-//! conditions.
+//! Eureka instances, and how: registered by the operator, or registered by the pods' own Eureka
+//! clients and adopted (`registration: Adopt`). Field names echo Spring's `eureka.instance.*`
+//! where one exists. What can be checked at admission is checked there (schema and CEL rules); the
+//! rest is reported in conditions.
 
 use std::collections::BTreeMap;
 
@@ -34,9 +35,13 @@ pub const STATUS_OVERRIDE_ANNOTATION: &str = "eureka-operator.dev/status-overrid
     printcolumn = r#"{"name":"Up","type":"integer","jsonPath":".status.instances.up"}"#,
     printcolumn = r#"{"name":"Out-of-service","type":"integer","jsonPath":".status.instances.outOfService"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Registration","type":"string","jsonPath":".spec.registration","priority":1}"#,
+    printcolumn = r#"{"name":"Adopted","type":"integer","jsonPath":".status.instances.adopted","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.registration) || self.registration != 'Adopt' || !has(self.notReady) || self.notReady != 'Deregister'").message("notReady: Deregister cannot be used with registration: Adopt (the client would register again at its next heartbeat); use STARTING, DOWN or OUT_OF_SERVICE"))]
+#[x_kube(validation = Rule::new("!has(self.preset) || !has(self.instanceId)").message("preset sets instanceId: set one or the other"))]
 pub struct EurekaAppSpec {
     /// Which Pods in this namespace are instances. Must select something.
     #[x_kube(validation = Rule::new("(has(self.matchLabels) && size(self.matchLabels) > 0) || (has(self.matchExpressions) && size(self.matchExpressions) > 0)").message("selector must have matchLabels or matchExpressions"))]
@@ -64,13 +69,32 @@ pub struct EurekaAppSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secure_port: Option<SecurePort>,
 
-    /// The instance id template. Placeholders: {pod.name}, {pod.namespace}, {pod.uid}, {pod.ip},
-    /// {node}, {appName}, {port}, {cluster}. Must name the pod, its uid or its IP.
+    /// Who registers the selected pods: the operator (`Operator`, the default), or the pods' own
+    /// Eureka clients, whose registrations the operator recognizes by pod IP and port and adopts
+    /// (`Adopt`): never evicted while the pod runs, not counted toward self-preservation, with
+    /// the pod's readiness and termination deciding their status and their end.
+    #[serde(default)]
+    pub registration: Registration,
+
+    /// How `registration: Adopt` recognizes a pod's registration.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("self.contains('{pod.name}') || self.contains('{pod.uid}') || self.contains('{pod.ip}')").message("instanceId must contain {pod.name}, {pod.uid} or {pod.ip} so that it is unique per pod"))]
+    pub adoption: Option<AdoptionSpec>,
+
+    /// Spring Cloud's defaults for the instance id and host name, so that a service moving between
+    /// its own client and the operator keeps its instance ids: `Spring` gives
+    /// `{pod.hostname}:{appName}:{port}` and the pod's host name; `SpringPreferIpAddress` the same
+    /// id and the pod IP (`eureka.instance.prefer-ip-address`). Sets `instanceId` and `hostName`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preset: Option<Preset>,
+
+    /// The instance id template. Placeholders: {pod.name}, {pod.namespace}, {pod.uid}, {pod.ip},
+    /// {pod.hostname} (the pod's host name as Spring sees it), {node}, {appName}, {port},
+    /// {cluster}. Must name the pod, its host name, its uid or its IP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.contains('{pod.name}') || self.contains('{pod.hostname}') || self.contains('{pod.uid}') || self.contains('{pod.ip}')").message("instanceId must contain {pod.name}, {pod.hostname}, {pod.uid} or {pod.ip} so that it is unique per pod"))]
     pub instance_id: Option<String>,
 
-    /// What `hostName` holds.
+    /// What `hostName` holds (a `preset` decides it when set).
     #[serde(default)]
     pub host_name: HostNameMode,
 
@@ -199,6 +223,39 @@ pub enum HostNameMode {
     PodFQDN,
     /// The node IP (for hostNetwork pods).
     NodeIP,
+    /// The pod's host name as Spring Cloud finds it (`spring.cloud.client.hostname`): its
+    /// `hostname` (else its name), fully qualified when it has a `subdomain`.
+    PodHostname,
+}
+
+/// Who registers a selected pod's instance.
+#[derive(schemars::JsonSchema, Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Registration {
+    /// The operator registers an instance per pod.
+    #[default]
+    Operator,
+    /// The pod's own Eureka client registers; the operator adopts that registration.
+    Adopt,
+}
+
+/// How a pod's own registration is recognized.
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct AdoptionSpec {
+    /// Adopt only a registration whose instance id is the one `instanceId` (or `preset`) gives
+    /// the pod; by default any registration of the app from the pod's IP and port is adopted.
+    #[serde(default)]
+    pub match_instance_id: bool,
+}
+
+/// Spring Cloud Netflix's defaults for instance ids and host names.
+#[derive(schemars::JsonSchema, Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Preset {
+    /// `{pod.hostname}:{appName}:{port}` and `hostName: PodHostname` (Spring's defaults).
+    Spring,
+    /// `{pod.hostname}:{appName}:{port}` and `hostName: PodIP`
+    /// (`eureka.instance.prefer-ip-address: true`, which does not change the id).
+    SpringPreferIpAddress,
 }
 
 #[derive(schemars::JsonSchema, Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -349,9 +406,12 @@ pub struct EurekaAppStatus {
     /// Pods the selector matches.
     #[serde(default)]
     pub selected_pods: i64,
-    /// Registered instances by Eureka status.
+    /// Registered instances by Eureka status (with `registration: Adopt`, the adopted ones).
     #[serde(default)]
     pub instances: InstanceCounts,
+    /// With `registration: Adopt`: selected pods whose client has not registered yet.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub awaiting_registration: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_sync_time: Option<Time>,
 }
@@ -360,11 +420,18 @@ pub struct EurekaAppStatus {
 #[serde(rename_all = "camelCase")]
 pub struct InstanceCounts {
     pub registered: i64,
+    /// Of which adopted (registered by the pods' own clients).
+    #[serde(default)]
+    pub adopted: i64,
     pub up: i64,
     pub down: i64,
     pub starting: i64,
     pub out_of_service: i64,
     pub unknown: i64,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }
 
 /// The CRD as YAML, as committed under `crds/`.

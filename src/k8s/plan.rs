@@ -1,5 +1,6 @@
 //! Pure planning: from an `EurekaApp` and the pods of its namespace to the instances that should
-//! be registered, and the problems to report. No I/O, no clock (`now` comes in).
+//! be registered (or, with `registration: Adopt`, the claims on the pods' own registrations), and
+//! the problems to report. No I/O, no clock (`now` comes in).
 
 use std::collections::BTreeMap;
 
@@ -7,13 +8,13 @@ use k8s_openapi::apimachinery::pkg::{apis::meta::v1::LabelSelector, util::intstr
 
 use super::{
     crd::{
-        EurekaAppSpec, HostNameMode, IpFamily, NotReadyMapping, OverrideStatus, PodField, STATUS_OVERRIDE_ANNOTATION,
-        TerminatingMapping, Urls,
+        EurekaAppSpec, HostNameMode, IpFamily, NotReadyMapping, OverrideStatus, PodField, Preset, Registration,
+        STATUS_OVERRIDE_ANNOTATION, TerminatingMapping, Urls,
     },
     pods::PodInfo,
 };
 use crate::registry::{
-    PodOverrides, PodOwner,
+    Claim, ClaimKey, ClaimState, PodOverrides, PodOwner,
     instance::{InstanceInfo, LeaseTerms, PortInfo, Status},
 };
 
@@ -30,6 +31,10 @@ pub mod keys {
 
 /// The default instance id: unique per pod (name and namespace) and port.
 pub const DEFAULT_INSTANCE_ID: &str = "{pod.name}.{pod.namespace}:{appName}:{port}";
+
+/// Spring Cloud Netflix's default instance id,
+/// `${spring.cloud.client.hostname}:${spring.application.name}:${server.port}`.
+pub const SPRING_INSTANCE_ID: &str = "{pod.hostname}:{appName}:{port}";
 
 /// Facts from outside the EurekaApp.
 pub struct Context<'a> {
@@ -113,6 +118,9 @@ pub struct Plan {
     /// Selected pods that could not be planned (a [`Problem`]): their current instances are kept
     /// as they are until the spec or the pod is fixed.
     pub held: Vec<String>,
+    /// With `registration: Adopt`: what each selected pod with an address asks of its own
+    /// client's registration (and `desired` is empty).
+    pub claims: Vec<Claim>,
 }
 
 /// Whether `labels` match `selector` (`matchLabels` and `matchExpressions` ANDed).
@@ -278,6 +286,28 @@ pub fn plan<'p>(target: &Target<'_>, pods: impl IntoIterator<Item = &'p PodInfo>
     };
     plan.selected = selected.len();
     let common = Common::of(target, &plan.app_name);
+    if spec.registration == Registration::Adopt {
+        if spec.not_ready == NotReadyMapping::Deregister {
+            plan.invalid = Some(
+                "notReady: Deregister cannot be used with registration: Adopt (the client would register again)".into(),
+            );
+            return plan;
+        }
+        for pod in selected {
+            if let (_, Some(until)) = pod_state(spec, pod, ctx.now) {
+                plan.wake_at = Some(plan.wake_at.map_or(until, |w| w.min(until)));
+            }
+            match claim(&common, pod, ctx, &mut plan.problems) {
+                Ok(Some(claim)) => plan.claims.push(claim),
+                Ok(None) => {}
+                Err(problem) => {
+                    plan.held.push(pod.name.clone());
+                    plan.problems.push(problem);
+                }
+            }
+        }
+        return plan;
+    }
     for pod in selected {
         let (status, drain_until) = pod_state(spec, pod, ctx.now);
         if let Some(until) = drain_until {
@@ -342,7 +372,10 @@ impl<'a> Common<'a> {
             secure_vip: spec.secure_vip_address.clone().unwrap_or_else(|| vip.clone()),
             vip,
             app_lower,
-            template: spec.instance_id.as_deref().unwrap_or(DEFAULT_INSTANCE_ID),
+            template: match spec.preset {
+                Some(_) => SPRING_INSTANCE_ID,
+                None => spec.instance_id.as_deref().unwrap_or(DEFAULT_INSTANCE_ID),
+            },
             urls: spec.urls.clone().unwrap_or_default(),
             lease: spec.lease.map(|l| LeaseTerms {
                 renewal_interval_secs: l.renewal_interval_seconds,
@@ -398,9 +431,26 @@ fn pod_ip(spec: &EurekaAppSpec, pod: &PodInfo) -> Result<Option<String>, Problem
     }
 }
 
+/// The pod's host name as Spring Cloud finds it inside the pod (`InetAddress.getHostName()` of
+/// its address, answered from the `/etc/hosts` the kubelet writes): `hostname.subdomain.ns.svc.
+/// <domain>` when the pod has a subdomain, else its `hostname`, else its name.
+pub fn pod_hostname(pod: &PodInfo, cluster_domain: &str) -> String {
+    let host = pod.hostname.clone().unwrap_or_else(|| pod.name.clone());
+    match &pod.subdomain {
+        Some(sub) => format!("{host}.{sub}.{}.svc.{cluster_domain}", pod.namespace),
+        None => host,
+    }
+}
+
 /// The instance's `hostName`.
 fn host_name(spec: &EurekaAppSpec, pod: &PodInfo, ip: &str, ctx: &Context<'_>) -> String {
-    match spec.host_name {
+    let mode = match spec.preset {
+        Some(Preset::Spring) => HostNameMode::PodHostname,
+        Some(Preset::SpringPreferIpAddress) => HostNameMode::PodIP,
+        None => spec.host_name,
+    };
+    match mode {
+        HostNameMode::PodHostname => pod_hostname(pod, ctx.cluster_domain),
         HostNameMode::PodIP => ip.to_string(),
         HostNameMode::PodName => pod.name.clone(),
         HostNameMode::PodFQDN => match (&pod.hostname, &pod.subdomain) {
@@ -432,20 +482,7 @@ fn pod_instance(
     };
     let ports = ports(spec, pod)?;
     let host = host_name(spec, pod, &ip, ctx);
-    let port_s = ports.port.to_string();
-    let id = expand(
-        c.template,
-        &[
-            ("pod.name", &pod.name),
-            ("pod.namespace", &pod.namespace),
-            ("pod.uid", &pod.uid),
-            ("pod.ip", &ip),
-            ("node", pod.node_name.as_deref().unwrap_or("")),
-            ("appName", &c.app_lower),
-            ("port", &port_s),
-            ("cluster", ctx.cluster_id),
-        ],
-    );
+    let id = instance_id(c, pod, &ip, ports.port, ctx);
     let mut info = InstanceInfo::new(c.app, &host, &ip, ctx.now);
     info.instance_id = Some(id);
     info.status = status;
@@ -476,6 +513,67 @@ fn pod_instance(
         },
         info,
         overrides,
+    }))
+}
+
+/// The instance id the template gives a pod.
+fn instance_id(c: &Common<'_>, pod: &PodInfo, ip: &str, port: i32, ctx: &Context<'_>) -> String {
+    let port_s = port.to_string();
+    let hostname = pod_hostname(pod, ctx.cluster_domain);
+    expand(
+        c.template,
+        &[
+            ("pod.name", &pod.name),
+            ("pod.namespace", &pod.namespace),
+            ("pod.uid", &pod.uid),
+            ("pod.ip", ip),
+            ("pod.hostname", &hostname),
+            ("node", pod.node_name.as_deref().unwrap_or("")),
+            ("appName", &c.app_lower),
+            ("port", &port_s),
+            ("cluster", ctx.cluster_id),
+        ],
+    )
+}
+
+/// What a selected pod of an adopting EurekaApp asks of its own client's registration: `Ok(None)`
+/// while it has no address yet, `Err` for a problem that keeps it from being planned.
+fn claim(
+    c: &Common<'_>,
+    pod: &PodInfo,
+    ctx: &Context<'_>,
+    problems: &mut Vec<Problem>,
+) -> Result<Option<Claim>, Problem> {
+    let spec = c.target.spec;
+    let Some(ip) = pod_ip(spec, pod)? else {
+        return Ok(None);
+    };
+    let port = ports(spec, pod)?.port;
+    let overrides = overrides(spec, pod, problems);
+    let state = match pod_state(spec, pod, ctx.now).0 {
+        Some(status) => ClaimState::Live {
+            status,
+            spec: overrides.annotation.unwrap_or(overrides.spec),
+        },
+        // Terminating past the drain (or `terminating: Deregister`); `notReady: Deregister` is
+        // refused before this.
+        None => ClaimState::Drained,
+    };
+    let match_id = spec.adoption.is_some_and(|a| a.match_instance_id);
+    Ok(Some(Claim {
+        owner: PodOwner {
+            namespace: pod.namespace.clone(),
+            eureka_app: c.target.name.to_string(),
+            pod: pod.name.clone(),
+        },
+        key: ClaimKey {
+            app: c.app.to_string(),
+            ip: ip.clone(),
+            port,
+        },
+        instance_id: match_id.then(|| instance_id(c, pod, &ip, port, ctx)),
+        state,
+        linger_ms: spec.drain_seconds.max(0).saturating_mul(1000),
     }))
 }
 

@@ -14,7 +14,7 @@ use k8s_openapi::{
 };
 
 use super::{
-    crd::{EurekaApp, EurekaAppStatus, InstanceCounts},
+    crd::{EurekaApp, EurekaAppStatus, InstanceCounts, Registration},
     index::AppKey,
     plan::{Plan, Problem},
 };
@@ -86,11 +86,12 @@ pub fn conditions(
         .collect()
 }
 
-/// Counts instances by status.
-pub fn counts(statuses: impl IntoIterator<Item = Status>) -> InstanceCounts {
+/// Counts instances by status; `adopted` says whether they are adopted registrations.
+pub fn counts(statuses: impl IntoIterator<Item = Status>, adopted: bool) -> InstanceCounts {
     let mut c = InstanceCounts::default();
     for s in statuses {
         c.registered += 1;
+        c.adopted += i64::from(adopted);
         match s {
             Status::Up => c.up += 1,
             Status::Down => c.down += 1,
@@ -116,14 +117,17 @@ fn timestamp(now: i64) -> Timestamp {
 }
 
 /// The status of an EurekaApp after a reconcile: `problems` are the plan's and the registry's
-/// (instance-id conflicts); `instances` the statuses of its pod instances now.
+/// (instance-id conflicts); `instances` the statuses of its pod instances (or adopted instances)
+/// now; `awaiting` the pods of an adopting EurekaApp whose client has not registered yet.
 pub fn status(
     app: &EurekaApp,
     plan: &Plan,
     problems: &[Problem],
     instances: InstanceCounts,
+    awaiting: &[String],
     now: i64,
 ) -> EurekaAppStatus {
+    let adopt = app.spec.registration == Registration::Adopt;
     let previous = app.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or(&[]);
     let invalid = problems.iter().find(|p| matches!(p, Problem::InvalidSpec(_)));
     let conflicts: Vec<String> = problems
@@ -135,22 +139,40 @@ pub fn status(
         .iter()
         .filter(|p| !matches!(p, Problem::InstanceIdConflict(_)))
         .collect();
-    let ready = degraded.is_empty() && conflicts.is_empty() && instances.registered as usize >= plan.desired.len();
+    let ready = degraded.is_empty()
+        && conflicts.is_empty()
+        && awaiting.is_empty()
+        && instances.registered as usize >= plan.desired.len();
     let ready_reason = match () {
         _ if invalid.is_some() => "InvalidSpec",
         _ if !conflicts.is_empty() => "Conflict",
         _ if !degraded.is_empty() => "Degraded",
+        _ if !awaiting.is_empty() => "AwaitingRegistration",
+        _ if adopt => "InstancesAdopted",
         _ => "InstancesRegistered",
     };
+    let mut ready_message = format!(
+        "{} of {} selected pods {} as {} ({} UP)",
+        instances.registered,
+        plan.selected,
+        if adopt { "adopted" } else { "registered" },
+        plan.app_name,
+        instances.up
+    );
+    if !awaiting.is_empty() {
+        const SHOWN: usize = 5;
+        let mut names = awaiting[..awaiting.len().min(SHOWN)].join(", ");
+        if awaiting.len() > SHOWN {
+            names.push_str(&format!(" and {} more", awaiting.len() - SHOWN));
+        }
+        ready_message.push_str(&format!("; waiting for the Eureka clients of {names} to register"));
+    }
     let conds = vec![
         Cond {
             type_: "Ready",
             ok: ready,
             reason: ready_reason.into(),
-            message: format!(
-                "{} of {} selected pods registered as {} ({} UP)",
-                instances.registered, plan.selected, plan.app_name, instances.up
-            ),
+            message: ready_message,
         },
         Cond {
             type_: "Degraded",
@@ -185,6 +207,7 @@ pub fn status(
         app_name: Some(plan.app_name.clone()),
         selected_pods: plan.selected as i64,
         instances,
+        awaiting_registration: awaiting.len() as i64,
         last_sync_time: Some(Time(ts)),
     }
 }
@@ -210,6 +233,7 @@ pub fn suspended(app: &EurekaApp, app_name: String, now: i64) -> EurekaAppStatus
         app_name: Some(app_name),
         selected_pods: 0,
         instances: Default::default(),
+        awaiting_registration: 0,
         last_sync_time: Some(Time(ts)),
     }
 }
@@ -298,11 +322,12 @@ mod tests {
 
     #[test]
     fn counts_by_status() {
-        let c = counts([Status::Up, Status::Up, Status::OutOfService, Status::Starting]);
+        let c = counts([Status::Up, Status::Up, Status::OutOfService, Status::Starting], false);
         assert_eq!(
-            (c.registered, c.up, c.out_of_service, c.starting, c.down),
-            (4, 2, 1, 1, 0)
+            (c.registered, c.up, c.out_of_service, c.starting, c.down, c.adopted),
+            (4, 2, 1, 1, 0, 0)
         );
+        assert_eq!(counts([Status::Up], true).adopted, 1);
     }
 
     #[tokio::test(start_paused = true)]

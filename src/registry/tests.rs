@@ -716,8 +716,10 @@ fn pod_instances_are_owned_by_the_controller() {
         T0 + 4,
     );
     assert!(matches!(out.reply, Reply::Refused(ref m) if m.contains("already held by EurekaApp shop/orders")));
-    // Nor can a pod take a native client's id.
-    register(&mut r, inst("orders", "native-1"), T0);
+    // Nor can a pod take the id of a native client elsewhere (another address: another process).
+    let mut elsewhere = inst("orders", "native-1");
+    elsewhere.ip_addr = "10.9.9.9".into();
+    register(&mut r, elsewhere, T0);
     let out = r.apply(upsert(pod("orders", "native-1", Status::Up), "x"), T0 + 5);
     assert!(matches!(out.reply, Reply::Refused(ref m) if m.contains("natively registered")));
 }

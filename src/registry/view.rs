@@ -26,6 +26,9 @@ pub enum Origin {
     Replicated,
     /// Derived from a Kubernetes Pod by the controller.
     Pod,
+    /// Registered by a pod's own client (natively or through a peer) and adopted by its
+    /// EurekaApp: the pod's lifetime and readiness decide about it.
+    Adopted,
 }
 
 impl Origin {
@@ -34,6 +37,7 @@ impl Origin {
             Origin::Native => "native",
             Origin::Replicated => "replicated",
             Origin::Pod => "pod",
+            Origin::Adopted => "adopted",
         }
     }
 }

@@ -1,6 +1,7 @@
-//! The leader's periodic work toward peers: it keeps Java peers' copies of pod instances alive
-//! (a `Register` for every pod instance on taking the Lease, heartbeats on an interval), and it
-//! compares registries with every peer to repair what a partition lost (anti-entropy).
+//! The leader's periodic work toward peers: it keeps Java peers' copies of pod instances and of
+//! adopted instances alive (a `Register` for each on taking the Lease, heartbeats on an
+//! interval, whether or not the client still heartbeats: the pod decides), and it compares
+//! registries with every peer to repair what a partition lost (anti-entropy).
 //!
 //! The comparison runs only while this replica leads **and** its own registry is complete (synced
 //! from peers, every watch listed and reconciled), so a restarted leader never judges others by a
@@ -16,6 +17,9 @@
 //! * toward Java peers: pod instances of this cluster that we no longer have are cancelled there.
 //!
 //! Pod instances are never compared between replicas: each replica derives them from its watch.
+//! Adopted instances are compared as live whatever their lease says (their pod decides), and
+//! travel as their client registered them; one taken from a replica is a copy
+//! ([`Command::RegisterCopy`]).
 
 use std::{
     collections::{HashMap, HashSet},
@@ -163,9 +167,13 @@ impl Replicator {
         if queues.is_empty() {
             return;
         }
-        let pods = self.state.with_registry(|r, _| r.pod_instances());
+        let pods = self.state.with_registry(|r, _| {
+            let mut v: Vec<InstanceView> = r.pod_instances().into_iter().map(|(_, v)| v).collect();
+            v.extend(r.adopted_instances());
+            v
+        });
         let now = Instant::now();
-        for (_, view) in pods {
+        for view in pods {
             let record = match action {
                 Action::Register => register_record(&view, Writer::Controller),
                 _ => Replication {
@@ -177,7 +185,7 @@ impl Replicator {
                     overridden_status: (view.info.overridden_status != Status::Unknown)
                         .then_some(view.info.overridden_status),
                     instance: None,
-                    origin: Origin::Pod,
+                    origin: view.origin,
                     writer: Writer::Controller,
                 },
             };
@@ -210,16 +218,36 @@ impl Replicator {
         let our_renewals: HashMap<Key, Renewal> = ours
             .iter()
             .map(|(k, v)| {
+                // An adopted instance lives as long as its pod, whatever its lease says.
+                let last_renewal = if v.origin == Origin::Adopted {
+                    now
+                } else {
+                    v.lease.last_renewal_ts
+                };
                 let renewal = Renewal {
-                    last_renewal: v.lease.last_renewal_ts,
+                    last_renewal,
                     duration_ms: i64::from(v.lease.duration_secs) * 1000,
                 };
                 (k.clone(), renewal)
             })
             .collect();
+        // Theirs that a claim here adopts are live too.
+        let claimed: Vec<HashSet<Key>> = self.state.with_registry(|r, now| {
+            fetched
+                .iter()
+                .map(|(_, f)| {
+                    f.instances
+                        .iter()
+                        .filter(|i| r.claimed(i, now))
+                        .map(|i| (i.app.clone(), i.id().to_string()))
+                        .collect()
+                })
+                .collect()
+        });
         let theirs: Vec<HashMap<Key, Renewal>> = fetched
             .iter()
-            .map(|(_, f)| {
+            .zip(&claimed)
+            .map(|((_, f), claimed)| {
                 let pods: HashSet<Key> = f
                     .instances
                     .iter()
@@ -229,7 +257,17 @@ impl Replicator {
                 f.renewals
                     .iter()
                     .filter(|(k, _)| !pods.contains(*k))
-                    .map(|(k, r)| (k.clone(), *r))
+                    .map(|(k, r)| {
+                        let r = if claimed.contains(k) {
+                            Renewal {
+                                last_renewal: now,
+                                ..*r
+                            }
+                        } else {
+                            *r
+                        };
+                        (k.clone(), r)
+                    })
                     .collect()
             })
             .collect();
@@ -254,8 +292,12 @@ impl Replicator {
         for (n, keys) in &repairs.push {
             let q = fetched[*n].0;
             for key in keys {
-                if let Some(view) = ours.get(key) {
-                    self.enqueue(q, register_record(view, Writer::Client), at);
+                if !ours.contains_key(key) {
+                    continue;
+                }
+                // As the client registered it (an adopted instance's status is the pod's here).
+                if let Some(view) = self.state.with_registry(|r, _| r.replica_view(&key.0, &key.1)) {
+                    self.enqueue(q, register_record(&view, Writer::Client), at);
                 }
             }
             tracing::info!(peer = %q.url.display(), instances = keys.len(), "sent a replica the live instances it lacked");
@@ -267,10 +309,7 @@ impl Replicator {
             };
             let q = fetched[*n].0;
             tracing::info!(peer = %q.url.display(), id = %key.1, "took a live instance a replica had and this one lacked");
-            self.state.apply(Command::Register {
-                info: info.clone(),
-                writer: Writer::REPLICA,
-            });
+            self.state.apply(Command::RegisterCopy { info: info.clone() });
             count("taken_from_peer", 1);
         }
         for key in &repairs.refresh {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::{Peer, client::PeerClient, owned_by};
 use crate::{
-    registry::{Command, PeerKind, Reply, Writer},
+    registry::{Command, PeerKind, Reply},
     state::AppState,
 };
 
@@ -51,11 +51,9 @@ pub async fn sync(
                         .filter(|i| !cluster_id.is_some_and(|c| owned_by(i, c)));
                     for info in theirs {
                         // As if one of our replicas sent it: it goes no further (every replica
-                        // syncs itself).
-                        let outcome = state.apply(Command::Register {
-                            info,
-                            writer: Writer::REPLICA,
-                        });
+                        // syncs itself). A copy: an adopted instance's status in it may be what
+                        // the pod imposes on that peer.
+                        let outcome = state.apply(Command::RegisterCopy { info });
                         if outcome.reply == Reply::Registered {
                             count += 1;
                         }

@@ -4,6 +4,7 @@
 
 mod common;
 
+mod adopt;
 mod api;
 mod chart;
 mod chart_install;
@@ -20,6 +21,7 @@ mod hardening_http;
 mod hostile;
 mod java_peering;
 mod lifecycle;
+mod migration;
 mod peers_eureka;
 mod peers_kubernetes;
 mod readiness_gate;

@@ -358,3 +358,141 @@ spec:
     assert_eq!(i.vip_address.as_deref(), Some("orders.shop"));
     assert_eq!(i.secure_vip_address.as_deref(), Some("orders.shop"));
 }
+
+#[test]
+fn spring_presets_give_springs_instance_ids_and_host_names() {
+    let spring = app(&format!("{BASIC}  preset: Spring\n"));
+    let mut p = pod("orders-1", "");
+    let d = &run(&spring, std::slice::from_ref(&p)).desired[0];
+    // `${spring.cloud.client.hostname}:${spring.application.name}:${server.port}`
+    assert_eq!(d.info.id(), "orders-1:orders:8080");
+    assert_eq!(d.info.host_name, "orders-1");
+    let prefer_ip = app(&format!("{BASIC}  preset: SpringPreferIpAddress\n"));
+    let d = &run(&prefer_ip, std::slice::from_ref(&p)).desired[0];
+    assert_eq!(
+        d.info.id(),
+        "orders-1:orders:8080",
+        "prefer-ip-address does not change the id"
+    );
+    assert_eq!(d.info.host_name, "10.1.0.8");
+    // A pod with a subdomain resolves its own address to its FQDN (the kubelet's /etc/hosts).
+    p.hostname = Some("orders-a".into());
+    p.subdomain = Some("orders".into());
+    let d = &run(&spring, std::slice::from_ref(&p)).desired[0];
+    assert_eq!(d.info.id(), "orders-a.orders.shop.svc.cluster.local:orders:8080");
+    assert_eq!(d.info.host_name, "orders-a.orders.shop.svc.cluster.local");
+    // The placeholder on its own, for an application name in another case.
+    let templ = app(&format!(
+        "{BASIC}  instanceId: \"{{pod.hostname}}:Orders-Service:{{port}}\"\n"
+    ));
+    assert_eq!(
+        run(&templ, &[pod("orders-1", "")]).desired[0].info.id(),
+        "orders-1:Orders-Service:8080"
+    );
+}
+
+const ADOPT: &str = r#"
+apiVersion: eureka-operator.dev/v1alpha1
+kind: EurekaApp
+metadata: {name: orders, namespace: shop}
+spec:
+  selector: {matchLabels: {app: orders}}
+  port: http
+  registration: Adopt
+  drainSeconds: 5
+"#;
+
+#[test]
+fn adopt_mode_plans_claims_on_the_pods_endpoints_not_instances() {
+    let p = run(&app(ADOPT), &[pod("orders-1", "")]);
+    assert!(p.desired.is_empty());
+    let c = &p.claims[0];
+    assert_eq!(
+        c.key,
+        ClaimKey {
+            app: "ORDERS".into(),
+            ip: "10.1.0.8".into(),
+            port: 8080
+        }
+    );
+    assert_eq!(c.owner.pod, "orders-1");
+    assert_eq!(c.instance_id, None, "any id from the endpoint, unless asked");
+    assert_eq!(
+        c.state,
+        ClaimState::Live {
+            status: Status::Up,
+            spec: Status::Unknown
+        }
+    );
+    assert_eq!(c.linger_ms, 5_000);
+
+    // Not Ready: the configured status; an override from the EurekaApp or the pod's annotation.
+    let mut unready = pod("orders-1", "");
+    unready.ready = false;
+    let down = app(&format!("{ADOPT}  notReady: DOWN\n"));
+    assert_eq!(
+        run(&down, std::slice::from_ref(&unready)).claims[0].state,
+        ClaimState::Live {
+            status: Status::Down,
+            spec: Status::Unknown
+        }
+    );
+    let mut annotated = pod("orders-1", "");
+    annotated
+        .annotations
+        .insert(STATUS_OVERRIDE_ANNOTATION.into(), "OUT_OF_SERVICE".into());
+    let maintenance = app(&format!("{ADOPT}  statusOverride: {{status: UP}}\n"));
+    assert_eq!(
+        run(&maintenance, &[annotated]).claims[0].state,
+        ClaimState::Live {
+            status: Status::Up,
+            spec: Status::OutOfService
+        }
+    );
+
+    // Terminating: OUT_OF_SERVICE during the drain (look again when it ends), then drained.
+    let mut term = pod("orders-1", "");
+    term.deleting_since = Some(NOW - 1_000);
+    let p = run(&app(ADOPT), std::slice::from_ref(&term));
+    assert_eq!(
+        p.claims[0].state,
+        ClaimState::Live {
+            status: Status::OutOfService,
+            spec: Status::Unknown
+        }
+    );
+    assert_eq!(p.wake_at, Some(NOW + 4_000));
+    term.deleting_since = Some(NOW - 5_000);
+    let p = run(&app(ADOPT), std::slice::from_ref(&term));
+    assert_eq!(p.claims[0].state, ClaimState::Drained);
+    assert_eq!(p.wake_at, None);
+    let at_once = app(&format!("{ADOPT}  terminating: Deregister\n"));
+    term.deleting_since = Some(NOW);
+    assert_eq!(run(&at_once, &[term]).claims[0].state, ClaimState::Drained);
+
+    // No address yet: nothing to recognize a registration by.
+    let mut scheduled = pod("orders-1", "");
+    scheduled.ips.clear();
+    assert!(run(&app(ADOPT), &[scheduled]).claims.is_empty());
+    // A port that is not there: held, with a problem.
+    let p = run(&app(&ADOPT.replace("port: http", "port: grpc")), &[pod("orders-1", "")]);
+    assert!(p.claims.is_empty());
+    assert_eq!(p.held, ["orders-1"]);
+    assert_eq!(p.problems[0].reason(), "PortNotFound");
+
+    // Matching by id too: the preset's (Spring's) id.
+    let by_id = app(&format!(
+        "{ADOPT}  preset: Spring\n  adoption: {{matchInstanceId: true}}\n"
+    ));
+    assert_eq!(
+        run(&by_id, &[pod("orders-1", "")]).claims[0].instance_id.as_deref(),
+        Some("orders-1:orders:8080")
+    );
+    // `notReady: Deregister` cannot work with a client that registers again: refused.
+    let p = run(
+        &app(&format!("{ADOPT}  notReady: Deregister\n")),
+        &[pod("orders-1", "")],
+    );
+    assert!(p.invalid.as_deref().is_some_and(|m| m.contains("Adopt")), "{p:?}");
+    assert!(p.claims.is_empty());
+}

@@ -57,6 +57,30 @@ pub async fn app_instances(base: &str, app: &str) -> Vec<(String, String)> {
     out
 }
 
+/// Waits (up to `timeout`) until `app` on the server at `base` is exactly `expected` (`(id,
+/// status)`, any order, each once); on a timeout, what it last had.
+pub async fn wait_app_instances(
+    base: &str,
+    app: &str,
+    expected: &[(&str, &str)],
+    timeout: Duration,
+) -> Result<(), Vec<(String, String)>> {
+    let mut want: Vec<(String, String)> = expected.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+    want.sort();
+    let mut last = Vec::new();
+    let found = tokio::time::timeout(timeout, async {
+        loop {
+            last = app_instances(base, app).await;
+            if last == want {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    })
+    .await;
+    found.map_err(|_| last)
+}
+
 /// JVM flags that halve start-up time on 2 cores.
 pub const JVM_FLAGS: [&str; 4] = ["-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xss512k"];
 
@@ -175,6 +199,17 @@ impl Server {
             .and_then(|l| l.split_whitespace().nth(1))
             .and_then(|v| v.parse().ok())
     }
+
+    /// Waits (up to 30 s) until a Prometheus sample has `value`.
+    pub async fn wait_metric(&self, sample: &str, value: f64) {
+        wait_for(
+            &format!("{sample} = {value} at {}", self.admin()),
+            Duration::from_secs(30),
+            Duration::from_millis(100),
+            || async { (self.metric(sample).await == Some(value)).then_some(()) },
+        )
+        .await;
+    }
 }
 
 // === the Spring Cloud Netflix Eureka server ===
@@ -265,27 +300,49 @@ impl JavaServer {
 /// `java -jar JAR` for a Spring Boot Eureka client app on `127.0.0.1:port`, registered as `app` /
 /// `instance_id` at `eureka_url`, with 1 s fetch, replication and renewal intervals and a 3 s lease.
 pub fn spring_client_command(jar: &str, port: u16, eureka_url: &str, app: &str, instance_id: &str) -> Command {
+    spring_client_command_on(jar, Ipv4Addr::LOCALHOST, port, eureka_url, app, instance_id, &[])
+}
+
+/// As [`spring_client_command`], bound to and registered with `ip` (a pod's address in tests),
+/// with `extra` Spring properties (`--key=value`) replacing the defaults they name.
+pub fn spring_client_command_on(
+    jar: &str,
+    ip: Ipv4Addr,
+    port: u16,
+    eureka_url: &str,
+    app: &str,
+    instance_id: &str,
+    extra: &[String],
+) -> Command {
     let mut cmd = Command::new("java");
     cmd.args(JVM_FLAGS).arg("-jar").arg(jar);
-    cmd.arg("--server.address=127.0.0.1")
-        .arg(format!("--server.port={port}"))
-        .arg(format!("--spring.application.name={app}"))
-        .arg(format!("--eureka.client.service-url.defaultZone={eureka_url}"))
-        .arg("--eureka.client.registry-fetch-interval-seconds=1")
-        .arg("--eureka.client.initial-instance-info-replication-interval-seconds=1")
-        .arg("--eureka.client.instance-info-replication-interval-seconds=1")
-        .arg("--eureka.instance.lease-renewal-interval-in-seconds=1")
-        .arg("--eureka.instance.lease-expiration-duration-in-seconds=3")
-        .arg(format!("--eureka.instance.instance-id={instance_id}"))
-        .arg("--eureka.instance.hostname=127.0.0.1")
-        .arg("--eureka.instance.prefer-ip-address=true")
-        .arg("--eureka.instance.ip-address=127.0.0.1");
+    let defaults = [
+        format!("--server.address={ip}"),
+        format!("--server.port={port}"),
+        format!("--spring.application.name={app}"),
+        format!("--eureka.client.service-url.defaultZone={eureka_url}"),
+        "--eureka.client.registry-fetch-interval-seconds=1".into(),
+        "--eureka.client.initial-instance-info-replication-interval-seconds=1".into(),
+        "--eureka.client.instance-info-replication-interval-seconds=1".into(),
+        "--eureka.instance.lease-renewal-interval-in-seconds=1".into(),
+        "--eureka.instance.lease-expiration-duration-in-seconds=3".into(),
+        format!("--eureka.instance.instance-id={instance_id}"),
+        format!("--eureka.instance.hostname={ip}"),
+        "--eureka.instance.prefer-ip-address=true".into(),
+        format!("--eureka.instance.ip-address={ip}"),
+    ];
+    // Spring joins repeated command-line properties with commas: a replaced default is left out.
+    let key = |a: &str| a.split('=').next().unwrap_or("").to_string();
+    let replaced: Vec<String> = extra.iter().map(|e| key(e)).collect();
+    cmd.args(defaults.iter().filter(|d| !replaced.contains(&key(d))));
+    cmd.args(extra);
     cmd
 }
 
 /// The Spring client app (tests/peers/java-client) registered as `app` with `instance_id`.
 pub struct SpringClient {
     pub proc: Proc,
+    pub ip: Ipv4Addr,
     pub port: u16,
     _dir: tempfile::TempDir,
 }
@@ -294,11 +351,35 @@ impl SpringClient {
     pub async fn start(eureka_url: &str, app: &str, instance_id: &str, extra: &[String]) -> Option<SpringClient> {
         let jar = peers::require("EUREKA_PEER_JAVA_CLIENT_JAR", "Spring client tests")?;
         let port = free_port(Ipv4Addr::LOCALHOST);
-        let dir = scratch_dir("spring-client");
         let mut cmd = spring_client_command(&jar, port, eureka_url, app, instance_id);
         cmd.args(extra);
+        SpringClient::run(cmd, Ipv4Addr::LOCALHOST, port).await
+    }
+
+    /// The app bound to `ip`:`port` and registered with that address (a pod's own client, with
+    /// the pod's IP), with `extra` Spring properties replacing the defaults they name.
+    pub async fn start_on(
+        ip: Ipv4Addr,
+        port: u16,
+        eureka_url: &str,
+        app: &str,
+        instance_id: &str,
+        extra: &[String],
+    ) -> Option<SpringClient> {
+        let jar = peers::require("EUREKA_PEER_JAVA_CLIENT_JAR", "Spring client tests")?;
+        let cmd = spring_client_command_on(&jar, ip, port, eureka_url, app, instance_id, extra);
+        SpringClient::run(cmd, ip, port).await
+    }
+
+    async fn run(cmd: Command, ip: Ipv4Addr, port: u16) -> Option<SpringClient> {
+        let dir = scratch_dir("spring-client");
         let proc = Proc::spawn("spring-client", cmd, &dir.path().join("spring-client.log"));
-        let client = SpringClient { proc, port, _dir: dir };
+        let client = SpringClient {
+            proc,
+            ip,
+            port,
+            _dir: dir,
+        };
         let base = client.base();
         let http = http();
         wait_for(
@@ -321,7 +402,7 @@ impl SpringClient {
     }
 
     pub fn base(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("http://{}:{}", self.ip, self.port)
     }
 
     pub async fn get(&self, path: &str) -> Value {
@@ -511,6 +592,9 @@ pub struct Native {
     /// Lease duration and renewal interval in seconds.
     pub lease: (u32, u32),
     pub auth: Option<(String, String)>,
+    /// The address and port it registers with.
+    pub ip: String,
+    pub port: u16,
     /// Instance metadata.
     pub metadata: Vec<(String, String)>,
 }
@@ -523,8 +607,17 @@ impl Native {
             id: id.to_string(),
             lease: (90, 30),
             auth: None,
+            ip: "10.30.0.1".into(),
+            port: 8080,
             metadata: Vec::new(),
         }
+    }
+
+    /// Registers with this address and port (a pod's, for a client played in a fake pod).
+    pub fn at(mut self, ip: &str, port: u16) -> Native {
+        self.ip = ip.into();
+        self.port = port;
+        self
     }
 
     pub fn metadata(mut self, key: &str, value: &str) -> Native {
@@ -560,8 +653,8 @@ impl Native {
             &self.app,
             &self.id,
             &format!("{}.example", self.id),
-            "10.30.0.1",
-            8080,
+            &self.ip,
+            self.port,
             &self.app.to_lowercase(),
             now,
         );
@@ -623,5 +716,46 @@ impl Native {
             None => b,
         };
         b.send().await.is_ok_and(|r| r.status().is_success())
+    }
+}
+
+/// Test-played clients heartbeating every `every` in one task, each registering again when a
+/// heartbeat is answered 404, as Eureka clients do; they stop (without cancelling, like a killed
+/// process) when this is dropped or [`Heartbeats::stop`]ped.
+pub struct Heartbeats {
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Heartbeats {
+    pub fn start(clients: Vec<Native>, every: Duration) -> Heartbeats {
+        let task = tokio::spawn(async move {
+            // One connection pool for all, as a client process keeps its connection.
+            let http = http();
+            loop {
+                for c in &clients {
+                    let put = http.put(format!("{}apps/{}/{}?status=UP", c.base, c.app, c.id));
+                    let put = match &c.auth {
+                        Some((u, p)) => put.basic_auth(u, Some(p)),
+                        None => put,
+                    };
+                    let code = put.send().await.map(|r| r.status().as_u16()).unwrap_or(0);
+                    if code == 404 {
+                        c.register().await;
+                    }
+                }
+                tokio::time::sleep(every).await;
+            }
+        });
+        Heartbeats { task }
+    }
+
+    pub fn stop(&self) {
+        self.task.abort();
+    }
+}
+
+impl Drop for Heartbeats {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }

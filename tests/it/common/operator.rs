@@ -376,24 +376,13 @@ pub async fn instance(server: &Server, app: &str, id: &str) -> Option<Value> {
 
 /// Waits until `app`'s instances are exactly `expected` (`(id, status)`, any order).
 pub async fn wait_instances(server: &Server, app: &str, expected: &[(&str, &str)]) {
-    let mut want: Vec<(String, String)> = expected.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
-    want.sort();
-    let mut last = Vec::new();
-    let result = tokio::time::timeout(Duration::from_secs(30), async {
-        loop {
-            last = instances(server, app).await;
-            if last == want {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-    })
-    .await;
-    assert!(
-        result.is_ok(),
-        "{app}: expected {want:?}, have {last:?}\n{}",
-        server.proc.log_tail(30)
-    );
+    let waited = super::eureka::wait_app_instances(&server.url(), app, expected, Duration::from_secs(30)).await;
+    if let Err(last) = waited {
+        panic!(
+            "{app}: expected {expected:?}, have {last:?}\n{}",
+            server.proc.log_tail(30)
+        );
+    }
 }
 
 /// The EurekaApp's status as `kubectl` shows it.
