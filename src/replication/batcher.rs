@@ -246,14 +246,16 @@ pub struct Backoff {
 }
 
 impl Backoff {
-    pub const MAX: Duration = Duration::from_secs(30);
+    /// The longest wait between attempts: a peer that comes back after a partition, however long,
+    /// gets the queued writes (and anti-entropy's repairs, queued behind them) within this.
+    pub const MAX: Duration = Duration::from_secs(5);
 
     pub fn success(&mut self) {
         self.failures = 0;
     }
 
     /// The delay after a failure of this class (Java: 1 s for congestion, 100 ms for network
-    /// errors), doubling with consecutive failures up to 30 s.
+    /// errors, fixed), doubling with consecutive failures up to [`Backoff::MAX`].
     pub fn failure(&mut self, class: Failure) -> Duration {
         self.failures = self.failures.saturating_add(1);
         let base = match class {

@@ -18,4 +18,5 @@ mod hardening_http;
 mod java_peering;
 mod peers_eureka;
 mod peers_kubernetes;
+mod soak;
 mod tls;
