@@ -6,8 +6,9 @@
 //!
 //! A task's age counts from when the write was first enqueued: a batch that failed goes back
 //! with its tasks' original times, so during an outage tasks expire after the age limit however
-//! often they were retried, and a stale `Cancel` can never reach a peer after the instance
-//! re-registered elsewhere.
+//! often they were retried, and a `Cancel` older than the limit never reaches a peer. (One held
+//! for less than the limit still lands after the link heals, also when the instance registered
+//! again elsewhere meanwhile: cancels carry no timestamp to tell.)
 
 use std::{
     collections::{HashMap, VecDeque},

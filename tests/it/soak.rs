@@ -230,12 +230,12 @@ fn draw(rng: &mut Rng, kind: Kind, leader: Option<usize>) -> Planned {
         Some(l) if rng.chance(0.5) => l,
         _ => rng.below(REPLICAS as u64) as usize,
     };
-    let secs = |rng: &mut Rng, lo: u64, hi: u64| rng.duration(Duration::from_secs(lo), Duration::from_secs(hi));
+    let span = |rng: &mut Rng, lo: u64, hi: u64| rng.duration(Duration::from_secs(lo), Duration::from_secs(hi));
     let mut p = Planned {
         kind,
         what: String::new(),
         act: Act::Net(Vec::new()),
-        hold: secs(rng, 2, 12),
+        hold: span(rng, 2, 12),
         blocked: Vec::new(),
         procs: Vec::new(),
         api: Vec::new(),
@@ -283,7 +283,7 @@ fn draw(rng: &mut Rng, kind: Kind, leader: Option<usize>) -> Planned {
                 (Link::Replica(a, b), Mode::Delay { up: u1, down: d1 }),
                 (Link::Replica(b, a), Mode::Delay { up: u2, down: d2 }),
             ]);
-            p.hold = secs(rng, 3, 12);
+            p.hold = span(rng, 3, 12);
         }
         Kind::DropOneDirection => {
             let (a, b) = two(rng);
@@ -302,7 +302,7 @@ fn draw(rng: &mut Rng, kind: Kind, leader: Option<usize>) -> Planned {
         Kind::Isolate | Kind::LongIsolate => {
             let r = replica(rng);
             if kind == Kind::LongIsolate {
-                p.hold = secs(rng, 30, 60);
+                p.hold = span(rng, 30, 60);
             }
             let mut links = Vec::new();
             for o in (0..REPLICAS).filter(|o| *o != r) {
@@ -310,27 +310,27 @@ fn draw(rng: &mut Rng, kind: Kind, leader: Option<usize>) -> Planned {
                 links.push((Link::Replica(o, r), Mode::Refuse));
                 p.blocked.extend([(r, o), (o, r)]);
             }
-            p.what = format!("r{r} cut off from the other replicas for {:.0} s", secs_f(p.hold));
+            p.what = format!("r{r} cut off from the other replicas for {:.0} s", secs(p.hold));
             p.act = Act::Net(links);
         }
         Kind::Kill => {
             let r = replica(rng);
             p.hold = rng.duration(Duration::from_millis(500), Duration::from_secs(4));
-            p.what = format!("kill -9 r{r}, restart after {:.1} s", secs_f(p.hold));
+            p.what = format!("kill -9 r{r}, restart after {:.1} s", secs(p.hold));
             p.act = Act::Kill(r);
             p.procs = vec![r];
         }
         Kind::Restart => {
             let r = replica(rng);
             p.hold = rng.duration(Duration::ZERO, Duration::from_secs(2));
-            p.what = format!("SIGTERM r{r}, restart after {:.1} s", secs_f(p.hold));
+            p.what = format!("SIGTERM r{r}, restart after {:.1} s", secs(p.hold));
             p.act = Act::Restart(r);
             p.procs = vec![r];
         }
         Kind::Stop => {
             let r = replica(rng);
-            p.hold = secs(rng, 2, 8);
-            p.what = format!("SIGSTOP r{r} for {:.1} s", secs_f(p.hold));
+            p.hold = span(rng, 2, 8);
+            p.what = format!("SIGSTOP r{r} for {:.1} s", secs(p.hold));
             p.act = Act::Stop(r);
             p.procs = vec![r];
         }
@@ -341,7 +341,7 @@ fn draw(rng: &mut Rng, kind: Kind, leader: Option<usize>) -> Planned {
                 (0..REPLICAS).collect()
             };
             let mode = if rng.chance(0.5) { Mode::Refuse } else { Mode::Blackhole };
-            p.hold = secs(rng, 3, 15);
+            p.hold = span(rng, 3, 15);
             p.what = format!(
                 "apiserver {} for {}",
                 if mode == Mode::Refuse { "refused" } else { "black-holed" },
@@ -369,7 +369,7 @@ fn draw(rng: &mut Rng, kind: Kind, leader: Option<usize>) -> Planned {
                     p.blocked.push((JAVA, r));
                 }
             }
-            p.hold = secs(rng, 3, 15);
+            p.hold = span(rng, 3, 15);
             p.what = format!(
                 "{} {}",
                 match (to, from) {
@@ -383,10 +383,6 @@ fn draw(rng: &mut Rng, kind: Kind, leader: Option<usize>) -> Planned {
         }
     }
     p
-}
-
-fn secs_f(d: Duration) -> f64 {
-    d.as_secs_f64()
 }
 
 // === what the test knows ===
