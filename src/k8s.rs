@@ -75,6 +75,10 @@ pub struct Wiring {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Met once every watch listed and every EurekaApp was reconciled.
     pub reconciled: Condition,
+    /// The peers (the readiness gate asks every ready replica).
+    pub peers: channel::Receiver<Vec<crate::replication::Peer>>,
+    /// How replicas are asked.
+    pub peer_client: crate::replication::client::PeerClient,
 }
 
 /// Starts the Lease election, the controller, the override persister and replica discovery.
@@ -138,6 +142,7 @@ pub fn start(
     let state = wiring.state.clone();
     let reconciled = wiring.reconciled;
     let ctl_settings = settings.clone();
+    let (peers, peer_client) = (wiring.peers, wiring.peer_client);
     supervisor.spawn("controller", Expect::RunsForever, async move {
         reconciled.waiting("waiting for the cluster id");
         let cluster_id = cluster_id(&ctl_client, ctl_settings.cluster_id.as_deref(), &shutdown).await?;
@@ -160,6 +165,8 @@ pub fn start(
             metrics: controller_metrics,
             health,
             complete: reconciled,
+            peers,
+            peer_client,
         };
         controller::run(controller_settings, parts, shutdown).await
     });

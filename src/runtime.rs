@@ -18,7 +18,7 @@ use crate::{
     health::Health,
     k8s,
     metrics::{Metrics, RegistryCollector},
-    registry::Registry,
+    registry::{Registry, RegistryConfig},
     replication::{self, client::PeerUrl, peers as peer_list},
     state::{AppState, Clock, SystemClock},
     timers,
@@ -133,6 +133,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         auth,
         peers,
         kubernetes,
+        limits,
     } = args;
     let mut supervisor = Supervisor::new(Duration::from_millis(shutdown_grace_ms));
     let health = Health::new(supervisor.liveness());
@@ -149,17 +150,23 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .context("failed to set up TLS toward peers")?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let started_at = clock.now_ms();
-    let state = AppState::new(
-        Registry::new(server.registry_config(), started_at),
-        clock,
-        server.disable_delta,
-    );
+    let registry_config = RegistryConfig {
+        limits: limits.registry_limits(),
+        ..server.registry_config()
+    };
+    let state = AppState::new(Registry::new(registry_config, started_at), clock, server.disable_delta);
     let metrics = Metrics::new();
     metrics.with_prometheus(|r| r.register_collector(Box::new(RegistryCollector(state.clone()))));
     let access = auth.access()?;
     let me = Identity::read(peers.replica_id.as_deref(), bind);
     // Completeness conditions are registered before anything serves.
     let synced = health.condition("registry synced from peers");
+
+    // The peer list is filled by the peers subsystem below; the cluster subsystem reads it too.
+    let (peers_tx, peers_rx) = watch::channel(Vec::new());
+    let mut replication_settings = peers.replication_settings(&me.replica, access.as_ref());
+    replication_settings.tls = peer_tls;
+    let peer_client = replication::client::PeerClient::from_settings(&replication_settings);
 
     // Cluster: the Lease decides who runs the background jobs and writes to Kubernetes.
     let config = cluster_config(&kubernetes).await?;
@@ -180,6 +187,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 leader: leader_tx,
                 metrics: metrics.clone(),
                 reconciled: health.condition("Kubernetes watches listed and EurekaApps reconciled"),
+                peers: peers_rx.clone(),
+                peer_client,
             };
             Some(k8s::start(config, settings, wiring, &mut supervisor)?)
         }
@@ -214,7 +223,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Some(c) => (c.discovered.clone(), c.cluster_id.clone()),
         None => (watch::channel(Some(Vec::new())).1, watch::channel(None).1),
     };
-    let (peers_tx, peers_rx) = watch::channel(peer_list::merge(&static_replicas, &[], &java, &discovery));
+    peers_tx.send_replace(peer_list::merge(&static_replicas, &[], &java, &discovery));
     supervisor.spawn(
         "peer list",
         Expect::RunsForever,
@@ -241,10 +250,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         in_cluster: cluster.is_some(),
         synced,
     };
-    let mut settings = peers.replication_settings(&me.replica, access.as_ref());
-    settings.tls = peer_tls;
     replication::start(
-        settings,
+        replication_settings,
         server.sync_retries(),
         wiring,
         replication_metrics,
@@ -257,6 +264,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         metrics,
         health,
         max_body: max_request_body_bytes,
+        input: api::negotiate::Decoding::new(limits.input_limits()),
         started_at,
         environment: kubernetes
             .cluster_id

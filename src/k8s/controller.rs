@@ -47,7 +47,7 @@ use prometheus_client::metrics::{counter::Counter, gauge::Gauge, histogram::Hist
 use tokio::sync::{mpsc, watch};
 
 use super::{
-    crd::{EurekaApp, EurekaAppStatus, FINALIZER},
+    crd::{EurekaApp, EurekaAppStatus, FINALIZER, ReadinessGate},
     index::{AppKey, Index, Scope, Touched},
     plan::{self, Context as PlanContext, Plan, Problem, Target, selector_matches},
     pods::PodInfo,
@@ -56,7 +56,8 @@ use super::{
 };
 use crate::{
     health::{Condition, Health},
-    registry::{Command, Outcome, PodOwner, Reply, view::InstanceView},
+    registry::{Command, Outcome, PeerKind, PodOwner, Reply, view::InstanceView},
+    replication::{Peer, client::PeerClient},
     runtime::supervisor::Shutdown,
     state::{AppState, OutcomeListener},
 };
@@ -115,6 +116,7 @@ pub struct Metrics {
     pub events_dropped: Counter,
     pub write_errors: Counter,
     pub swept: Counter,
+    pub gates_opened: Counter,
 }
 
 impl Default for Metrics {
@@ -131,6 +133,7 @@ impl Default for Metrics {
             events_dropped: Counter::default(),
             write_errors: Counter::default(),
             swept: Counter::default(),
+            gates_opened: Counter::default(),
         }
     }
 }
@@ -165,6 +168,11 @@ impl Metrics {
             "write_errors",
             "Failed Kubernetes writes (retried with backoff)",
             self.write_errors.clone(),
+        );
+        r.register(
+            "readiness_gates_opened",
+            "Pod readiness gates set True once every replica had the instance",
+            self.gates_opened.clone(),
         );
         r.register(
             "swept_instances",
@@ -251,6 +259,11 @@ pub struct Context {
     blocked: Mutex<BlockedIds>,
     /// Consecutive failed reconciles per app (the error policy's backoff).
     failures: Mutex<HashMap<AppKey, u32>>,
+    /// The peers; the readiness gate opens once every ready replica has the instance.
+    peers: watch::Receiver<Vec<Peer>>,
+    peer_client: PeerClient,
+    /// When every replica was first seen holding a gated pod's instance UP, by (namespace, pod).
+    gates_confirmed: Mutex<HashMap<(String, String), std::time::Instant>>,
 }
 
 /// What the registry part of a reconcile decided, for the leader to write.
@@ -260,6 +273,15 @@ struct Applied {
     notes: Vec<Note>,
     /// When to look again (a drain deadline).
     action: Action,
+    /// Pods whose readiness gate this operator may open once every replica has their instance.
+    gated: Option<Gated>,
+}
+
+/// The pods of one EurekaApp waiting for its readiness gate.
+struct Gated {
+    gate: ReadinessGate,
+    /// (pod, app, instance id) of each pod whose instance is UP here and whose gate is closed.
+    waiting: Vec<(String, String, String)>,
 }
 
 /// Looks at an EurekaApp again when an instance id one of its pods could not take (a conflict) is
@@ -299,6 +321,9 @@ pub struct Parts {
     pub health: Arc<Health>,
     /// Met once every watch listed and every EurekaApp was reconciled.
     pub complete: Condition,
+    /// The peers (the readiness gate asks every ready replica for the instance).
+    pub peers: watch::Receiver<Vec<Peer>>,
+    pub peer_client: PeerClient,
 }
 
 /// Builds the controllers and runs them, the pod and node watches, and the sweep, until shutdown.
@@ -311,6 +336,8 @@ pub async fn run(settings: Settings, parts: Parts, shutdown: Shutdown) -> anyhow
         metrics,
         health,
         complete,
+        peers,
+        peer_client,
     } = parts;
     let scopes = Scope::of(&settings.namespaces);
     let mut controllers = Vec::new();
@@ -353,6 +380,9 @@ pub async fn run(settings: Settings, parts: Parts, shutdown: Shutdown) -> anyhow
         limiter: Mutex::default(),
         blocked: Mutex::default(),
         failures: Mutex::default(),
+        peers,
+        peer_client,
+        gates_confirmed: Mutex::default(),
     });
     state.add_listener(Arc::new(ConflictWaker(ctx.clone())));
 
@@ -721,10 +751,15 @@ impl Context {
             notes.push(Note::normal("Deregistered", "Deregister", message));
         }
         notes.extend(self.new_problems(key, &problems));
+        let gated = app.spec.readiness_gate.clone().map(|gate| Gated {
+            waiting: gate_waiting(&gate, &plan, &snapshot.pods, &instances),
+            gate,
+        });
         Applied {
             status: Some(status::status(app, &plan, &problems, counts, now)),
             notes,
             action,
+            gated,
         }
     }
 
@@ -794,6 +829,7 @@ impl Context {
             status: (!deleting).then(|| status::suspended(app, app_name, now)),
             notes,
             action: Action::await_change(),
+            gated: None,
         }
     }
 
@@ -809,11 +845,17 @@ impl Context {
         notes
     }
 
-    /// The leader's writes: the finalizer (kube-runtime's helper), the status, the Events.
+    /// The leader's writes: the finalizer (kube-runtime's helper), the status, the Events, and
+    /// the readiness gates of pods whose instance every replica has.
     async fn write(&self, app: Arc<EurekaApp>, key: &AppKey, applied: Applied) -> Result<Action, Error> {
         let api: Api<EurekaApp> = Api::namespaced(self.client.clone(), &key.namespace);
         let status = applied.status;
-        let action = applied.action;
+        let mut action = applied.action;
+        if let Some(gated) = &applied.gated
+            && let Some(again) = self.open_gates(key, gated).await
+        {
+            action = Action::requeue(again);
+        }
         let status_api = api.clone();
         let result = finalizer::finalizer(&api, FINALIZER, app, |event| async move {
             match event {
@@ -838,6 +880,80 @@ impl Context {
                 source: Box::new(other),
             },
         })
+    }
+
+    /// Opens the gate of every waiting pod whose instance every ready replica holds UP, once the
+    /// gate's delay has passed; returns when to look again while some still wait.
+    async fn open_gates(&self, key: &AppKey, gated: &Gated) -> Option<Duration> {
+        const RECHECK: Duration = Duration::from_millis(500);
+        let replicas: Vec<Peer> = self
+            .peers
+            .borrow()
+            .iter()
+            .filter(|p| p.kind == PeerKind::Replica && p.ready)
+            .cloned()
+            .collect();
+        let delay = Duration::from_secs(gated.gate.delay_seconds.max(0) as u64);
+        let mut again: Option<Duration> = None;
+        let mut soonest = |d: Duration| again = Some(again.map_or(d, |a| a.min(d)));
+        for (pod, app, id) in &gated.waiting {
+            let mut everywhere = true;
+            for peer in &replicas {
+                let status = self.peer_client.instance_status(&peer.url, app, id).await;
+                if !matches!(status.as_ref().map(|s| s.as_deref()), Ok(Some("UP"))) {
+                    everywhere = false;
+                    break;
+                }
+            }
+            if !everywhere {
+                soonest(RECHECK);
+                continue;
+            }
+            let since = *self
+                .gates_confirmed
+                .lock()
+                .entry((key.namespace.clone(), pod.clone()))
+                .or_insert_with(std::time::Instant::now);
+            let waited = since.elapsed();
+            if waited < delay {
+                soonest(delay - waited);
+                continue;
+            }
+            match self
+                .set_gate(&key.namespace, pod, &gated.gate.condition_type, replicas.len())
+                .await
+            {
+                Ok(()) => {
+                    self.gates_confirmed
+                        .lock()
+                        .remove(&(key.namespace.clone(), pod.clone()));
+                    self.metrics.gates_opened.inc();
+                }
+                Err(e) => {
+                    self.metrics.write_errors.inc();
+                    tracing::warn!(pod = %pod, error = %e, "failed to open a readiness gate; retrying");
+                    soonest(RECHECK);
+                }
+            }
+        }
+        again
+    }
+
+    /// Sets the pod's readiness-gate condition True (the status subresource, merged by type).
+    async fn set_gate(&self, namespace: &str, pod: &str, condition: &str, replicas: usize) -> Result<(), kube::Error> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let patch = serde_json::json!({"status": {"conditions": [{
+            "type": condition,
+            "status": "True",
+            "reason": "InstanceRegistered",
+            "message": format!("the instance is UP on this replica and {replicas} other ready replica(s)"),
+            "lastTransitionTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now),
+        }]}});
+        api.patch_status(pod, &PatchParams::default(), &Patch::Strategic(&patch))
+            .await?;
+        tracing::info!(pod, namespace, condition, "opened the readiness gate");
+        Ok(())
     }
 
     /// Server-side applies the status unless only its sync time changed.
@@ -908,6 +1024,31 @@ impl Context {
             }
         }
     }
+}
+
+/// The pods whose `gate` is closed while their instance is UP here (the leader then asks the
+/// other replicas).
+fn gate_waiting(
+    gate: &ReadinessGate,
+    plan: &Plan,
+    pods: &[Arc<PodInfo>],
+    instances: &[(PodOwner, InstanceView)],
+) -> Vec<(String, String, String)> {
+    let up: HashSet<&str> = instances
+        .iter()
+        .filter(|(_, v)| v.info.status == crate::registry::instance::Status::Up)
+        .map(|(_, v)| v.id())
+        .collect();
+    plan.desired
+        .iter()
+        .filter(|d| up.contains(d.info.id()))
+        .filter(|d| {
+            pods.iter().any(|p| {
+                p.name == d.owner.pod && p.declares(&gate.condition_type) && !p.gate_open(&gate.condition_type)
+            })
+        })
+        .map(|d| (d.owner.pod.clone(), d.info.app.clone(), d.info.id().to_string()))
+        .collect()
 }
 
 /// Brings the registry's pod instances of one EurekaApp in line with its pods; the leader then

@@ -126,6 +126,36 @@ pub struct EurekaAppSpec {
     /// Deregister every instance of this app and stop managing it until unset.
     #[serde(default)]
     pub suspend: bool,
+
+    /// Make rollouts wait for Eureka: pods that list the condition in their
+    /// `spec.readinessGates` become Ready only once the leader has seen their instance UP in the
+    /// registry of every ready replica (and `delaySeconds` more have passed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readiness_gate: Option<ReadinessGate>,
+}
+
+/// The pod readiness gate this operator sets (see `readinessGate`).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadinessGate {
+    /// The pod condition type (what pods list in `spec.readinessGates[].conditionType`).
+    #[serde(default = "default_gate_condition")]
+    #[x_kube(validation = Rule::new("self.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$')").message("conditionType must be a qualified name such as eureka-operator.dev/registered"))]
+    pub condition_type: String,
+
+    /// Seconds to wait, once every replica has the instance UP, before the condition turns True:
+    /// Eureka clients' registry refresh interval (30 s by default in Spring), so that clients have
+    /// seen the new instance before the rollout removes an old one.
+    #[serde(default)]
+    #[x_kube(validation = Rule::new("self >= 0 && self <= 600").message("delaySeconds must be between 0 and 600"))]
+    pub delay_seconds: i64,
+}
+
+/// The condition type of the readiness gate, unless the EurekaApp names another.
+pub const READINESS_GATE: &str = "eureka-operator.dev/registered";
+
+fn default_gate_condition() -> String {
+    READINESS_GATE.to_string()
 }
 
 fn default_drain_seconds() -> i64 {

@@ -122,9 +122,11 @@ impl Index {
     }
 
     /// A pod was added or changed; `None` when nothing a plan reads changed.
-    pub fn apply_pod(&mut self, pod: PodInfo) -> Option<Touched> {
-        let pod = Arc::new(pod);
+    pub fn apply_pod(&mut self, mut pod: PodInfo) -> Option<Touched> {
         let ns = self.pods.entry(pod.namespace.clone()).or_default();
+        let first = ns.get(&pod.name).and_then(|p| p.deleting_since);
+        keep_drain_start(&mut pod, first);
+        let pod = Arc::new(pod);
         let old = ns.insert(pod.name.clone(), pod.clone());
         if old.as_deref() == Some(&*pod) {
             return None;
@@ -153,8 +155,14 @@ impl Index {
     /// changed (those before and after).
     pub fn replace_pods(&mut self, scope: &Scope, pods: Vec<PodInfo>) -> Vec<String> {
         let mut touched: HashSet<String> = self.pods.keys().filter(|ns| scope.contains(ns)).cloned().collect();
-        self.pods.retain(|ns, _| !scope.contains(ns));
-        for pod in pods {
+        let old: HashMap<String, BTreeMap<String, Arc<PodInfo>>> =
+            self.pods.extract_if(|ns, _| scope.contains(ns)).collect();
+        for mut pod in pods {
+            let first = old
+                .get(&pod.namespace)
+                .and_then(|ns| ns.get(&pod.name))
+                .and_then(|p| p.deleting_since);
+            keep_drain_start(&mut pod, first);
             touched.insert(pod.namespace.clone());
             self.pods
                 .entry(pod.namespace.clone())
@@ -226,6 +234,15 @@ impl Index {
     }
 }
 
+/// A deletion whose grace period is shortened (the kubelet's final delete with grace 0 at the end
+/// of the grace period, `kubectl delete --force`) moves the deletionTimestamp: the drain began at
+/// the first one, so a drained instance never comes back OUT_OF_SERVICE before its pod goes.
+fn keep_drain_start(pod: &mut PodInfo, first: Option<i64>) {
+    if let Some(first) = first {
+        pod.deleting_since = Some(pod.deleting_since.map_or(first, |now| now.min(first)));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -269,6 +286,24 @@ mod tests {
         assert!(idx.set_zone("n1", Some("z1".into())).is_empty());
         assert_eq!(idx.snapshot("a").zones.get("n1").map(String::as_str), Some("z1"));
         assert_eq!(idx.snapshot("a").pods.len(), 1);
+    }
+
+    #[test]
+    fn a_drain_starts_at_the_first_deletion_timestamp() {
+        let mut idx = Index::new(vec![Scope::All]);
+        let mut p = pod("a", "p1", "web");
+        p.deleting_since = Some(1_000);
+        idx.apply_pod(p.clone());
+        p.deleting_since = Some(9_000);
+        idx.apply_pod(p.clone());
+        assert_eq!(idx.snapshot("a").pods[0].deleting_since, Some(1_000));
+        p.deleting_since = Some(12_000);
+        idx.replace_pods(&Scope::All, vec![p]);
+        assert_eq!(
+            idx.snapshot("a").pods[0].deleting_since,
+            Some(1_000),
+            "across a re-list too"
+        );
     }
 
     #[test]

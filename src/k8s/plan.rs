@@ -249,7 +249,8 @@ fn pod_state(spec: &EurekaAppSpec, pod: &PodInfo, now: i64) -> (Option<Status>, 
         };
         return (Some(status), Some(until));
     }
-    if pod.ready {
+    let gate = spec.readiness_gate.as_ref().map(|g| g.condition_type.as_str());
+    if pod.ready_for(gate) {
         return (Some(Status::Up), None);
     }
     let status = match spec.not_ready {

@@ -35,6 +35,11 @@ pub struct PodInfo {
     pub subdomain: Option<String>,
     /// The `Ready` condition is `True`.
     pub ready: bool,
+    /// The `ContainersReady` condition is `True`.
+    pub containers_ready: bool,
+    /// The readiness gates the pod declares (`spec.readinessGates`), each with whether its
+    /// condition is `True`.
+    pub gates: Vec<(String, bool)>,
     pub phase: Option<String>,
     /// When deletion was requested, in milliseconds: `deletionTimestamp` (the moment the pod may
     /// be killed) minus `deletionGracePeriodSeconds`.
@@ -82,9 +87,20 @@ impl PodInfo {
                     .collect()
             })
             .unwrap_or_default();
-        let ready = status
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        let condition = |type_: &str| {
+            status
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == type_ && c.status == "True"))
+        };
+        let ready = condition("Ready");
+        let gates = spec
+            .and_then(|s| s.readiness_gates.as_ref())
+            .map(|g| {
+                g.iter()
+                    .map(|g| (g.condition_type.clone(), condition(&g.condition_type)))
+                    .collect()
+            })
+            .unwrap_or_default();
         let workload = meta
             .owner_references
             .iter()
@@ -104,6 +120,8 @@ impl PodInfo {
             hostname: spec.and_then(|s| s.hostname.clone()),
             subdomain: spec.and_then(|s| s.subdomain.clone()),
             ready,
+            containers_ready: condition("ContainersReady"),
+            gates,
             phase: status.and_then(|s| s.phase.clone()),
             deleting_since: meta.deletion_timestamp.as_ref().map(|t| {
                 let grace_ms = meta
@@ -119,6 +137,28 @@ impl PodInfo {
         })
     }
 
+    /// Whether the pod counts as ready for an EurekaApp whose readiness gate is `gate`: Ready,
+    /// or held back only by that gate (its containers are ready and every other gate is True),
+    /// since the gate waits for the very registration this readiness decides.
+    pub fn ready_for(&self, gate: Option<&str>) -> bool {
+        match gate {
+            Some(gate) if !self.ready && self.declares(gate) => {
+                self.containers_ready && self.gates.iter().all(|(t, ok)| *ok || t == gate)
+            }
+            _ => self.ready,
+        }
+    }
+
+    /// Whether the pod lists `gate` in its readiness gates.
+    pub fn declares(&self, gate: &str) -> bool {
+        self.gates.iter().any(|(t, _)| t == gate)
+    }
+
+    /// Whether the pod's `gate` condition is already True.
+    pub fn gate_open(&self, gate: &str) -> bool {
+        self.gates.iter().any(|(t, ok)| t == gate && *ok)
+    }
+
     /// Whether the pod has finished for good (its instance must go).
     pub fn finished(&self) -> bool {
         matches!(self.phase.as_deref(), Some("Succeeded") | Some("Failed"))
@@ -128,6 +168,34 @@ impl PodInfo {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pod_held_back_only_by_our_gate_counts_as_ready() {
+        let gate = "eureka-operator.dev/registered";
+        let pod: Pod = serde_saphyr::from_str(
+            r#"
+metadata: {name: web-0, namespace: shop}
+spec:
+  containers: [{name: web, image: web:1}]
+  readinessGates: [{conditionType: eureka-operator.dev/registered}, {conditionType: other/gate}]
+status:
+  conditions:
+  - {type: ContainersReady, status: "True"}
+  - {type: Ready, status: "False"}
+  - {type: other/gate, status: "True"}
+"#,
+        )
+        .unwrap();
+        let mut p = PodInfo::from_pod(&pod).unwrap();
+        assert!(!p.ready && p.containers_ready && p.declares(gate) && !p.gate_open(gate));
+        assert!(p.ready_for(Some(gate)));
+        assert!(!p.ready_for(None), "without the gate option, Ready decides");
+        p.gates[1].1 = false;
+        assert!(!p.ready_for(Some(gate)), "another gate still holds it back");
+        p.containers_ready = false;
+        p.gates[1].1 = true;
+        assert!(!p.ready_for(Some(gate)));
+    }
 
     #[test]
     fn projects_only_what_is_needed() {
@@ -163,6 +231,7 @@ status:
         let p = PodInfo::from_pod(&pod).unwrap();
         assert_eq!(p.ips, vec!["10.1.0.7", "fd00::7"]);
         assert!(p.ready);
+        assert!(p.ready_for(Some("eureka-operator.dev/registered")));
         assert_eq!(p.annotations.len(), 1);
         assert_eq!(
             p.ports[0],

@@ -137,6 +137,17 @@ impl PeerClient {
         }
     }
 
+    /// A client as the replication settings describe it.
+    pub fn from_settings(settings: &super::Settings) -> PeerClient {
+        PeerClient::new(
+            settings.connect_timeout,
+            settings.read_timeout,
+            &settings.replica_id,
+            settings.credentials.clone(),
+            settings.tls.as_ref(),
+        )
+    }
+
     fn client(&self, own_replica: bool) -> &reqwest::Client {
         if own_replica { &self.http } else { &self.others }
     }
@@ -208,6 +219,27 @@ impl PeerClient {
         let instances = codec::json::applications_from_slice(&bytes, now_ms()).map_err(decode)?;
         let renewals = renewals(&bytes).map_err(decode)?;
         Ok(Fetched { instances, renewals })
+    }
+
+    /// The status of one instance on a replica (`None` when it does not have it).
+    pub async fn instance_status(&self, peer: &PeerUrl, app: &str, id: &str) -> Result<Option<String>, Error> {
+        let enc = |s: &str| percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string();
+        let url = format!("{}apps/{}/{}", peer.base, enc(app), enc(id));
+        let resp = self
+            .request(peer, self.client(true).get(&url), true)
+            .send()
+            .await
+            .map_err(|source| classify(&peer.base, source))?;
+        if resp.status() == StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        refused(&peer.base, resp.status())?;
+        let bytes = resp.bytes().await.map_err(|source| classify(&peer.base, source))?;
+        let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| Error::Decode {
+            url: peer.base.clone(),
+            source: DecodeError::new(format!("invalid JSON: {e}")),
+        })?;
+        Ok(v["instance"]["status"].as_str().map(str::to_string))
     }
 
     async fn fetch_bytes(&self, peer: &PeerUrl, own_replica: bool) -> Result<bytes::Bytes, Error> {

@@ -5,25 +5,9 @@ use std::{net::Ipv4Addr, time::Duration};
 
 use crate::common::{
     browser::Browser,
-    eureka::{Server, http},
+    eureka::{Native, Server, http},
     process::wait_for,
 };
-
-async fn register(server: &Server, app: &str, id: &str) {
-    let body = format!(
-        r#"{{"instance":{{"instanceId":"{id}","hostName":"10.0.0.9","app":"{app}","ipAddr":"10.0.0.9",
-        "statusPageUrl":"http://10.0.0.9:8080/info","vipAddress":"{app}","metadata":{{"zone":"zone-a"}},
-        "dataCenterInfo":{{"@class":"com.netflix.appinfo.InstanceInfo$DefaultDataCenterInfo","name":"MyOwn"}}}}}}"#
-    );
-    let r = http()
-        .post(format!("{}apps/{app}", server.url()))
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 204);
-}
 
 #[tokio::test]
 async fn dashboard_shows_status_instances_and_the_emergency_banner() {
@@ -35,9 +19,27 @@ async fn dashboard_shows_status_instances_and_the_emergency_banner() {
         &["--renews-window-ms", "1000", "--wait-time-in-ms-when-sync-empty", "0"],
     )
     .await;
-    register(&server, "ORDERS", "orders-1").await;
-    register(&server, "ORDERS", "orders-2").await;
-    register(&server, "BILLING", "billing-1").await;
+    assert_eq!(
+        Native::new(&server.url(), "ORDERS", "orders-1")
+            .metadata("zone", "zone-a")
+            .register()
+            .await,
+        204
+    );
+    assert_eq!(
+        Native::new(&server.url(), "ORDERS", "orders-2")
+            .metadata("zone", "zone-a")
+            .register()
+            .await,
+        204
+    );
+    assert_eq!(
+        Native::new(&server.url(), "BILLING", "billing-1")
+            .metadata("zone", "zone-a")
+            .register()
+            .await,
+        204
+    );
     http()
         .put(format!(
             "{}apps/ORDERS/orders-2/status?value=OUT_OF_SERVICE",
@@ -78,7 +80,7 @@ async fn dashboard_shows_status_instances_and_the_emergency_banner() {
     let href = browser
         .eval("return document.querySelector('#instances a').getAttribute('href')")
         .await;
-    assert_eq!(href, "http://10.0.0.9:8080/info");
+    assert_eq!(href, "http://10.30.0.1:8080/actuator/info");
 
     browser.open(&format!("{}/lastn", server.base())).await;
     let text = browser.visible_text().await;

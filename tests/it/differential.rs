@@ -453,22 +453,55 @@ const AMAZON_XML: &str = r#"<instance>
 </instance>"#;
 
 /// The whole sequence, in order. Both servers receive exactly these requests.
-fn script() -> Script {
-    let mut s = Script::default();
-    let host1 = "host1:orders:8080";
-    let host1_enc = "host1%3Aorders%3A8080";
-    let pct_enc = "host%3Apct%3A8080";
+/// The instance id every section uses, raw and percent-encoded, and an id with encoded colons.
+const HOST1: &str = "HOST1:orders:8080";
+const HOST1_ENC: &str = "HOST1%3Aorders%3A8080";
+const PCT_ENC: &str = "host%3Apct%3A8080";
 
-    // --- registrations (endpoint 1) ---
-    let orders1 = netflix_instance(
-        host1,
+/// The first ORDERS instance, registered first and reused by later sections.
+fn orders1() -> Value {
+    netflix_instance(
+        HOST1,
         "orders1.local",
         "ORDERS",
         "10.0.0.5",
         8080,
         "orders",
         json!({"management.port": "8080", "zone": "a", "my_key": "x", "dollar$key": "y"}),
-    );
+    )
+}
+
+/// The first Amazon-style instance.
+fn amzn1() -> Value {
+    netflix_instance("amzn-1", "amzn1.local", "AMZN", "10.0.1.1", 7001, "amzn", json!({}))
+}
+
+/// The query of a heartbeat at the registrations' dirty timestamp.
+fn current_renewal() -> String {
+    format!("status=UP&lastDirtyTimestamp={LDT}")
+}
+
+/// The script, section by section (each section a function, in the order they run).
+fn script() -> Script {
+    let mut s = Script::default();
+    registrations(&mut s);
+    registration_failures(&mut s);
+    reads(&mut s);
+    renewals(&mut s);
+    status_overrides(&mut s);
+    metadata(&mut s);
+    replication_batches(&mut s);
+    cancels(&mut s);
+    status_and_the_rest(&mut s);
+    unknown_paths_and_methods(&mut s);
+    final_state(&mut s);
+    probes_that_come_last(&mut s);
+    s
+}
+
+/// Registrations (endpoint 1).
+fn registrations(s: &mut Script) {
+    let orders1 = orders1();
     s.post_json("register-json-full", format!("{E}/apps/ORDERS"), &wrap(orders1.clone()));
     s.post_json(
         "register-spring-body-v2-lowercase-path",
@@ -491,7 +524,7 @@ fn script() -> Script {
     );
     // The Amazon codec is order-sensitive: `metadata` must come after `name` (Netflix#1310), and
     // `json!` sorts keys, so these bodies are spliced by hand.
-    let amzn1 = netflix_instance("amzn-1", "amzn1.local", "AMZN", "10.0.1.1", 7001, "amzn", json!({}));
+    let amzn1 = amzn1();
     s.add(
         "register-json-amazon",
         "POST",
@@ -569,9 +602,11 @@ fn script() -> Script {
     );
     s.get("get-apps-json-after-registrations", format!("{E}/apps"), &[JSON_ACCEPT]);
     s.get("get-apps-xml-after-registrations", format!("{E}/apps/"), &[]);
+}
 
-    // --- registration failures ---
-    let valid = orders1.clone();
+/// Registration failures.
+fn registration_failures(s: &mut Script) {
+    let valid = orders1();
     s.post_json(
         "register-missing-hostname",
         format!("{E}/apps/ORDERS"),
@@ -639,8 +674,10 @@ fn script() -> Script {
         &[JSON_TYPE],
         Vec::new(),
     );
+}
 
-    // --- reads (endpoints 7-13) ---
+/// Reads (endpoints 7-13).
+fn reads(s: &mut Script) {
     s.get("get-apps-json", format!("{E}/apps"), &[JSON_ACCEPT]);
     s.get("get-apps-xml-no-accept", format!("{E}/apps/"), &[]);
     s.get("get-apps-v2-json-trailing-slash", format!("{V2}/apps/"), &[JSON_ACCEPT]);
@@ -681,17 +718,17 @@ fn script() -> Script {
     s.get("get-app-unknown-xml-v2", format!("{V2}/apps/NOPE"), &[]);
     s.get(
         "get-instance-json-raw-colons",
-        format!("{E}/apps/ORDERS/{host1}"),
+        format!("{E}/apps/ORDERS/{HOST1}"),
         &[JSON_ACCEPT],
     );
     s.get(
         "get-instance-xml-encoded-v2",
-        format!("{V2}/apps/orders/{host1_enc}"),
+        format!("{V2}/apps/orders/{HOST1_ENC}"),
         &[],
     );
     s.get(
         "get-instance-encoded-json",
-        format!("{E}/apps/PCT/{pct_enc}"),
+        format!("{E}/apps/PCT/{PCT_ENC}"),
         &[JSON_ACCEPT],
     );
     s.get(
@@ -750,7 +787,7 @@ fn script() -> Script {
     s.get("get-instances-by-id-xml-v2", format!("{V2}/instances/billing-1"), &[]);
     s.get(
         "get-instances-by-id-encoded",
-        format!("{E}/instances/{pct_enc}"),
+        format!("{E}/instances/{PCT_ENC}"),
         &[JSON_ACCEPT],
     );
     s.get(
@@ -771,12 +808,14 @@ fn script() -> Script {
     s.get("get-svip-json", format!("{E}/svips/orders-secure"), &[JSON_ACCEPT]);
     s.get("get-svip-xml-v2", format!("{V2}/svips/billing-secure"), &[]);
     s.get("get-svip-unknown", format!("{E}/svips/nope"), &[JSON_ACCEPT]);
+}
 
-    // --- renew (endpoint 2) ---
-    let q = format!("status=UP&lastDirtyTimestamp={LDT}");
-    s.put("renew-ok", format!("{E}/apps/ORDERS/{host1}?{q}"), &[]);
+/// Renew (endpoint 2).
+fn renewals(s: &mut Script) {
+    let q = current_renewal();
+    s.put("renew-ok", format!("{E}/apps/ORDERS/{HOST1}?{q}"), &[]);
     s.put("renew-no-params-v2", format!("{V2}/apps/ORDERS/orders-2"), &[]);
-    s.put("renew-lowercase-encoded", format!("{E}/apps/pct/{pct_enc}?{q}"), &[]);
+    s.put("renew-lowercase-encoded", format!("{E}/apps/pct/{PCT_ENC}?{q}"), &[]);
     s.put(
         "renew-spring-style",
         format!("{E}/apps/BILLING/billing-1?{q}"),
@@ -799,22 +838,22 @@ fn script() -> Script {
     let old_q = format!("status=UP&lastDirtyTimestamp={LDT_OLD}");
     s.put(
         "renew-older-dirty-client",
-        format!("{E}/apps/ORDERS/{host1}?{old_q}"),
+        format!("{E}/apps/ORDERS/{HOST1}?{old_q}"),
         &[],
     );
     s.put(
         "renew-older-dirty-replication-xml",
-        format!("{E}/apps/ORDERS/{host1}?{old_q}"),
+        format!("{E}/apps/ORDERS/{HOST1}?{old_q}"),
         &[REPLICATION],
     );
     s.put(
         "renew-older-dirty-replication-json",
-        format!("{E}/apps/ORDERS/{host1}?{old_q}"),
+        format!("{E}/apps/ORDERS/{HOST1}?{old_q}"),
         &[REPLICATION, JSON_ACCEPT],
     );
     s.put(
         "renew-older-dirty-replication-header-not-true",
-        format!("{E}/apps/ORDERS/{host1}?{old_q}"),
+        format!("{E}/apps/ORDERS/{HOST1}?{old_q}"),
         &[("x-netflix-discovery-replication", "yes")],
     );
     s.put(
@@ -839,7 +878,7 @@ fn script() -> Script {
     );
     s.put(
         "renew-bad-timestamp",
-        format!("{E}/apps/ORDERS/{host1}?status=UP&lastDirtyTimestamp=abc"),
+        format!("{E}/apps/ORDERS/{HOST1}?status=UP&lastDirtyTimestamp=abc"),
         &[],
     );
     s.put(
@@ -849,48 +888,51 @@ fn script() -> Script {
     );
     s.put(
         "renew-bogus-overriddenstatus",
-        format!("{E}/apps/ORDERS/{host1}?{q}&overriddenstatus=bogus"),
+        format!("{E}/apps/ORDERS/{HOST1}?{q}&overriddenstatus=bogus"),
         &[],
     );
     s.put("renew-starting", format!("{E}/apps/START/start-1?{q}"), &[]);
     s.put("renew-trailing-slash", format!("{E}/apps/CHARSET/cs-1/?{q}"), &[]);
+}
 
-    // --- status override (endpoints 4 and 5) ---
+/// Status override (endpoints 4 and 5).
+fn status_overrides(s: &mut Script) {
     let status = |id: &str, rest: &str| format!("{E}/apps/ORDERS/{id}/status{rest}");
     s.put(
         "status-put-out-of-service",
-        status(host1, &format!("?value=OUT_OF_SERVICE&lastDirtyTimestamp={LDT}")),
+        status(HOST1, &format!("?value=OUT_OF_SERVICE&lastDirtyTimestamp={LDT}")),
         &[],
     );
     s.get(
         "get-instance-after-status-put",
-        format!("{E}/apps/ORDERS/{host1}"),
+        format!("{E}/apps/ORDERS/{HOST1}"),
         &[JSON_ACCEPT],
     );
     s.get("get-app-xml-after-status-put", format!("{V2}/apps/ORDERS"), &[]);
-    s.put("renew-while-overridden", format!("{E}/apps/ORDERS/{host1}?{q}"), &[]);
+    let q = current_renewal();
+    s.put("renew-while-overridden", format!("{E}/apps/ORDERS/{HOST1}?{q}"), &[]);
     s.post_json(
         "reregister-while-overridden",
         format!("{E}/apps/ORDERS"),
-        &wrap(orders1.clone()),
+        &wrap(orders1()),
     );
     s.get(
         "get-instance-after-reregister-overridden",
-        format!("{E}/apps/ORDERS/{host1}"),
+        format!("{E}/apps/ORDERS/{HOST1}"),
         &[JSON_ACCEPT],
     );
-    s.put("status-put-same-status", status(host1, "?value=OUT_OF_SERVICE"), &[]);
+    s.put("status-put-same-status", status(HOST1, "?value=OUT_OF_SERVICE"), &[]);
     s.put(
         "status-put-spring-style-v2-encoded",
-        format!("{V2}/apps/orders/{host1_enc}/status?value=DOWN&lastDirtyTimestamp={LDT}"),
+        format!("{V2}/apps/orders/{HOST1_ENC}/status?value=DOWN&lastDirtyTimestamp={LDT}"),
         &[JSON_TYPE, JSON_ACCEPT],
     );
-    s.put("status-put-missing-value", status(host1, ""), &[]);
-    s.put("status-put-lowercase-value", status(host1, "?value=down"), &[]);
-    // host1 is DOWN already: Java parses lastDirtyTimestamp only when the status changes.
+    s.put("status-put-missing-value", status(HOST1, ""), &[]);
+    s.put("status-put-lowercase-value", status(HOST1, "?value=down"), &[]);
+    // HOST1 is DOWN already: Java parses lastDirtyTimestamp only when the status changes.
     s.put(
         "status-put-bad-timestamp-same-status",
-        status(host1, "?value=DOWN&lastDirtyTimestamp=abc"),
+        status(HOST1, "?value=DOWN&lastDirtyTimestamp=abc"),
         &[],
     );
     s.put("status-put-unknown-instance", status("nope", "?value=DOWN"), &[]);
@@ -901,32 +943,32 @@ fn script() -> Script {
     );
     s.delete(
         "status-delete-with-value-up",
-        status(host1, &format!("?value=UP&lastDirtyTimestamp={LDT}")),
+        status(HOST1, &format!("?value=UP&lastDirtyTimestamp={LDT}")),
         &[],
     );
     s.get(
         "get-instance-after-delete-up",
-        format!("{E}/apps/ORDERS/{host1}"),
+        format!("{E}/apps/ORDERS/{HOST1}"),
         &[JSON_ACCEPT],
     );
     s.put(
         "status-put-encoded-down",
-        format!("{E}/apps/PCT/{pct_enc}/status?value=DOWN&lastDirtyTimestamp={LDT}"),
+        format!("{E}/apps/PCT/{PCT_ENC}/status?value=DOWN&lastDirtyTimestamp={LDT}"),
         &[],
     );
     s.delete(
         "status-delete-without-value-v2",
-        format!("{V2}/apps/pct/{pct_enc}/status?lastDirtyTimestamp={LDT}"),
+        format!("{V2}/apps/pct/{PCT_ENC}/status?lastDirtyTimestamp={LDT}"),
         &[],
     );
     s.get(
         "get-instance-after-delete-without-value",
-        format!("{E}/apps/PCT/{pct_enc}"),
+        format!("{E}/apps/PCT/{PCT_ENC}"),
         &[JSON_ACCEPT],
     );
     s.put(
         "renew-after-delete-without-value",
-        format!("{E}/apps/PCT/{pct_enc}?{q}"),
+        format!("{E}/apps/PCT/{PCT_ENC}?{}", current_renewal()),
         &[],
     );
     s.delete(
@@ -945,8 +987,10 @@ fn script() -> Script {
         format!("{E}/apps/delta"),
         &[JSON_ACCEPT],
     );
+}
 
-    // --- metadata (endpoint 6) ---
+/// Metadata (endpoint 6).
+fn metadata(s: &mut Script) {
     s.put(
         "metadata-put",
         format!("{E}/apps/BILLING/billing-1/metadata?zone=b&added=yes"),
@@ -972,8 +1016,10 @@ fn script() -> Script {
         format!("{E}/apps/BILLING/billing-2"),
         &[JSON_ACCEPT],
     );
+}
 
-    // --- peer replication batch (endpoint 14) ---
+/// Peer replication batch (endpoint 14).
+fn replication_batches(s: &mut Script) {
     let repl = without(
         netflix_instance(
             "repl-1",
@@ -989,10 +1035,10 @@ fn script() -> Script {
     let batch = json!({"replicationList": [
         {"appName": "REPL", "id": "repl-1", "lastDirtyTimestamp": LDT, "status": "UP",
          "instanceInfo": repl, "action": "Register"},
-        {"appName": "ORDERS", "id": host1, "lastDirtyTimestamp": LDT, "status": "UP", "action": "Heartbeat"},
-        {"appName": "ORDERS", "id": host1, "lastDirtyTimestamp": LDT_OLD, "status": "UP", "action": "Heartbeat"},
+        {"appName": "ORDERS", "id": HOST1, "lastDirtyTimestamp": LDT, "status": "UP", "action": "Heartbeat"},
+        {"appName": "ORDERS", "id": HOST1, "lastDirtyTimestamp": LDT_OLD, "status": "UP", "action": "Heartbeat"},
         {"appName": "ORDERS", "id": "nope", "lastDirtyTimestamp": LDT, "status": "UP", "action": "Heartbeat"},
-        {"appName": "ORDERS", "id": host1, "lastDirtyTimestamp": LDT_NEW, "status": "UP", "action": "Heartbeat"},
+        {"appName": "ORDERS", "id": HOST1, "lastDirtyTimestamp": LDT_NEW, "status": "UP", "action": "Heartbeat"},
         {"appName": "REPL", "id": "repl-1", "lastDirtyTimestamp": LDT + 1, "status": "OUT_OF_SERVICE",
          "action": "StatusUpdate"},
         {"appName": "REPL", "id": "nope", "lastDirtyTimestamp": LDT, "status": "DOWN", "action": "StatusUpdate"},
@@ -1054,12 +1100,14 @@ fn script() -> Script {
         &[JSON_TYPE, JSON_ACCEPT],
         json!({"replicationList": []}).to_string(),
     );
+}
 
-    // --- cancel (endpoint 3) ---
+/// Cancel (endpoint 3).
+fn cancels(s: &mut Script) {
     s.delete("cancel-ok", format!("{E}/apps/MINI/mini.local"), &[]);
     s.delete("cancel-again", format!("{E}/apps/MINI/mini.local"), &[]);
     s.get("get-app-after-last-cancel", format!("{E}/apps/MINI"), &[JSON_ACCEPT]);
-    s.delete("cancel-encoded-v2", format!("{V2}/apps/pct/{pct_enc}"), &[]);
+    s.delete("cancel-encoded-v2", format!("{V2}/apps/pct/{PCT_ENC}"), &[]);
     s.delete("cancel-unknown-app", format!("{E}/apps/NOAPP/x"), &[]);
     s.delete(
         "cancel-spring-style",
@@ -1076,8 +1124,10 @@ fn script() -> Script {
         format!("{E}/apps/OVR/ovr-1"),
         &[JSON_ACCEPT],
     );
+}
 
-    // --- the rest of section 2 (endpoints 15-17) ---
+/// The rest of section 2 (endpoints 15-17).
+fn status_and_the_rest(s: &mut Script) {
     s.put("asg-status", format!("{E}/asg/my-asg/status?value=ENABLED"), &[]);
     s.put("asg-status-v2", format!("{V2}/asg/my-asg/status?value=DISABLED"), &[]);
     s.get("server-status-xml", format!("{E}/status"), &[]);
@@ -1087,33 +1137,37 @@ fn script() -> Script {
         format!("{E}/serverinfo/statusoverrides"),
         &[JSON_ACCEPT],
     );
+}
 
-    // --- unknown paths and wrong methods ---
+/// Unknown paths and wrong methods.
+fn unknown_paths_and_methods(s: &mut Script) {
     s.get("unknown-path", format!("{E}/nope"), &[]);
     s.get("unknown-path-json", format!("{E}/nope"), &[JSON_ACCEPT]);
     s.get("unknown-path-v1", "/eureka/v1/apps".into(), &[JSON_ACCEPT]);
     s.get(
         "unknown-path-deep",
-        format!("{E}/apps/ORDERS/{host1}/status/extra"),
+        format!("{E}/apps/ORDERS/{HOST1}/status/extra"),
         &[],
     );
     s.get("unknown-path-outside-eureka", "/nope".into(), &[]);
     s.add("method-post-apps", "POST", format!("{E}/apps"), &[JSON_TYPE], "{}");
     s.delete("method-delete-app", format!("{E}/apps/ORDERS"), &[]);
-    s.get("method-get-status", format!("{E}/apps/ORDERS/{host1}/status"), &[]);
-    s.get("method-get-metadata", format!("{E}/apps/ORDERS/{host1}/metadata"), &[]);
+    s.get("method-get-status", format!("{E}/apps/ORDERS/{HOST1}/status"), &[]);
+    s.get("method-get-metadata", format!("{E}/apps/ORDERS/{HOST1}/metadata"), &[]);
     s.get("method-get-batch", format!("{E}/peerreplication/batch/"), &[]);
     s.add(
         "method-post-instance",
         "POST",
-        format!("{E}/apps/ORDERS/{host1}"),
+        format!("{E}/apps/ORDERS/{HOST1}"),
         &[JSON_TYPE],
         "{}",
     );
     s.put("method-put-vips", format!("{E}/vips/orders"), &[]);
     s.delete("method-delete-delta", format!("{V2}/apps/delta"), &[]);
+}
 
-    // --- the final state ---
+/// The final state.
+fn final_state(s: &mut Script) {
     s.get("final-delta-json", format!("{E}/apps/delta"), &[JSON_ACCEPT]);
     s.get("final-delta-xml", format!("{V2}/apps/delta"), &[]);
     s.get("final-apps-json", format!("{E}/apps/"), &[JSON_ACCEPT]);
@@ -1121,8 +1175,10 @@ fn script() -> Script {
     s.get("final-apps-gzip-json", format!("{E}/apps/"), &[JSON_ACCEPT, GZIP]);
     s.get("final-vip-json", format!("{E}/vips/orders"), &[JSON_ACCEPT]);
     s.get("final-svip-xml", format!("{E}/svips/repl-secure"), &[]);
+}
 
-    // --- probes that may leave the two registries in different states, so they come last ---
+/// Probes that may leave the two registries in different states, so they come last.
+fn probes_that_come_last(s: &mut Script) {
     // Java changes the status, then fails on the timestamp (500); we refuse it up front (400).
     s.put(
         "status-put-bad-timestamp-changing-status",
@@ -1130,7 +1186,7 @@ fn script() -> Script {
         &[],
     );
     let amzn3 = with(
-        with(amzn1.clone(), "instanceId", json!("amzn-3")),
+        with(amzn1(), "instanceId", json!("amzn-3")),
         "dataCenterInfo",
         json!({"@class": AMAZON, "name": "Amazon", "metadata": {"instance-id": "i-0abc333"}}),
     );
@@ -1139,7 +1195,6 @@ fn script() -> Script {
         format!("{E}/apps/AMZN"),
         &wrap(amzn3),
     );
-    s
 }
 
 // === a raw HTTP/1.1 client ===

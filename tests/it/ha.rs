@@ -7,33 +7,12 @@ use std::{net::Ipv4Addr, sync::Arc, time::Duration};
 
 use crate::common::{
     cluster::Cluster,
-    eureka::http,
+    eureka::{Native, http},
     operator::{Operator, instances, namespace, prepared},
     process::{free_port, wait_for},
     proxy::Proxy,
 };
 use serde_json::json;
-
-fn body(app: &str, id: &str, duration: u32, interval: u32) -> String {
-    json!({"instance": {
-        "instanceId": id, "hostName": format!("{id}.example"), "app": app, "ipAddr": "10.30.0.1",
-        "status": "UP", "port": {"$": 8080, "@enabled": "true"}, "vipAddress": app.to_lowercase(),
-        "dataCenterInfo": {"@class": "com.netflix.appinfo.InstanceInfo$DefaultDataCenterInfo", "name": "MyOwn"},
-        "leaseInfo": {"renewalIntervalInSecs": interval, "durationInSecs": duration}
-    }})
-    .to_string()
-}
-
-async fn register(base: &str, app: &str, id: &str, duration: u32, interval: u32) {
-    let r = http()
-        .post(format!("{base}apps/{app}"))
-        .header("content-type", "application/json")
-        .body(body(app, id, duration, interval))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 204, "registering {id} at {base}");
-}
 
 async fn leaders(replicas: &[&Operator]) -> Vec<Option<bool>> {
     let mut out = Vec::new();
@@ -125,7 +104,13 @@ async fn the_lease_fails_over_and_eviction_continues_on_one_replica_only() {
 
     // A write to any replica reaches the others within a second.
     let started = std::time::Instant::now();
-    register(&urls[follower], "KEEPER", "keeper-1", 300, 30).await;
+    assert_eq!(
+        Native::new(&urls[follower], "KEEPER", "keeper-1")
+            .lease(300, 30)
+            .register()
+            .await,
+        204
+    );
     for r in &replicas {
         wait_for(
             "replication of keeper-1",
@@ -191,7 +176,13 @@ async fn the_lease_fails_over_and_eviction_continues_on_one_replica_only() {
     let new_leader = survivors[l.iter().position(|x| *x == Some(true)).unwrap()];
 
     // Eviction continues, on the new leader, and reaches the other replica.
-    register(&urls[follower], "DOOMED", "doomed-1", 1, 1).await;
+    assert_eq!(
+        Native::new(&urls[follower], "DOOMED", "doomed-1")
+            .lease(1, 1)
+            .register()
+            .await,
+        204
+    );
     for r in &survivors {
         wait_for(
             "doomed-1 to be evicted everywhere",
@@ -227,7 +218,13 @@ async fn a_restarted_replica_has_the_whole_registry_before_it_is_ready() {
     namespace(&client, ns).await;
     let (mut replicas, urls) = start_three(cluster, ns, "ha-restart", 31, &[]).await;
     for n in 0..20 {
-        register(&urls[0], "ROLLING", &format!("r-{n}"), 300, 30).await;
+        assert_eq!(
+            Native::new(&urls[0], "ROLLING", &format!("r-{n}"))
+                .lease(300, 30)
+                .register()
+                .await,
+            204
+        );
     }
     wait_for(
         "20 instances on replica 2",
@@ -240,7 +237,13 @@ async fn a_restarted_replica_has_the_whole_registry_before_it_is_ready() {
     // Replica 2 goes away; the cluster takes more registrations meanwhile.
     replicas[2].server.proc.terminate(Duration::from_secs(10));
     for n in 20..25 {
-        register(&urls[0], "ROLLING", &format!("r-{n}"), 300, 30).await;
+        assert_eq!(
+            Native::new(&urls[0], "ROLLING", &format!("r-{n}"))
+                .lease(300, 30)
+                .register()
+                .await,
+            204
+        );
     }
     // Back: the moment /readyz turns green, it must already hold all 25.
     replicas[2].start_again(ns, "ha-restart").await;
@@ -318,7 +321,7 @@ async fn a_partitioned_replica_keeps_its_view_and_converges() {
     // Four clients renew every 300 ms at replica 0 (lease 2 s); replica 0 replicates the renewals.
     let ids: Vec<String> = (0..4).map(|n| format!("p-{n}")).collect();
     for id in &ids {
-        register(&a, "PART", id, 2, 1).await;
+        assert_eq!(Native::new(&a, "PART", id).lease(2, 1).register().await, 204);
     }
     let beating = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let beats = {
@@ -382,7 +385,7 @@ async fn a_partitioned_replica_keeps_its_view_and_converges() {
     );
     assert_eq!(cut_off.server.metric("eureka_evictions_total").await, Some(0.0));
     // The others keep serving, and take writes.
-    register(&a, "PART", "p-late", 2, 1).await;
+    assert_eq!(Native::new(&a, "PART", "p-late").lease(2, 1).register().await, 204);
     let late_ok = |v: &Vec<(String, String)>| v.iter().any(|(i, _)| i == "p-late");
     wait_for(
         "p-late on replica 1",
@@ -494,8 +497,20 @@ async fn replicas_find_each_other_through_the_headless_service() {
         &extra,
     )
     .await;
-    register(&a.server.url(), "FOUND", "via-a", 300, 30).await;
-    register(&b.server.url(), "FOUND", "via-b", 300, 30).await;
+    assert_eq!(
+        Native::new(&a.server.url(), "FOUND", "via-a")
+            .lease(300, 30)
+            .register()
+            .await,
+        204
+    );
+    assert_eq!(
+        Native::new(&b.server.url(), "FOUND", "via-b")
+            .lease(300, 30)
+            .register()
+            .await,
+        204
+    );
     for r in [&a, &b] {
         wait_for(
             "both registrations on both replicas",

@@ -499,7 +499,10 @@ pub async fn exercise(
                 s.id
             );
             if !seen {
-                eprintln!("{} did not see {} OUT_OF_SERVICE on {server} within 30 s", o.view.label, s.id);
+                eprintln!(
+                    "{} did not see {} OUT_OF_SERVICE on {server} within 30 s",
+                    o.view.label, s.id
+                );
             }
         }
         set_status(base, s.app, s.id, None).await;

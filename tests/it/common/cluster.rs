@@ -2,6 +2,12 @@
 //! `kube-apiserver` from `$KUBEBUILDER_ASSETS` on free loopback ports, each with its own scratch
 //! directory and PKI, RBAC authorization on, the admin authenticated by a client certificate in
 //! `system:masters`. Without a scheduler, kubelet or controller-manager, tests play those parts.
+//!
+//! [`Cluster::with_controllers`] is a second control plane, for the lifecycle tests only, that also
+//! runs `kube-controller-manager` and `kube-scheduler` (the same Kubernetes build) and kwok as the
+//! kubelets of fake nodes, so Deployments roll, namespaces are really deleted and garbage is
+//! collected. The shared bare one stays bare: its tests bind pods to nodes that do not exist, which
+//! the pod garbage collector would delete.
 
 use std::{
     net::Ipv4Addr,
@@ -25,6 +31,10 @@ pub struct Cluster {
     /// A kubeconfig file with the admin user and, per context, impersonating users.
     pub kubeconfig: PathBuf,
     pub assets: PathBuf,
+    /// The fake nodes (`kwok-node-N`), when started with controllers.
+    pub nodes: Vec<String>,
+    /// kube-controller-manager, kube-scheduler and kwok, if any (declared first: stopped first).
+    controllers: Vec<Proc>,
     apiserver: Proc,
     etcd: Proc,
     _dir: tempfile::TempDir,
@@ -93,6 +103,9 @@ fn pki() -> Pki {
     }
 }
 
+/// Fake nodes of [`Cluster::with_controllers`] (two zones).
+pub const LIFECYCLE_NODES: usize = 4;
+
 fn write(path: &Path, text: &str) {
     std::fs::write(path, text).unwrap_or_else(|e| panic!("failed to write {}: {e}", path.display()));
 }
@@ -108,6 +121,174 @@ impl Cluster {
                 Some(Cluster::start(Path::new(&assets)))
             })
             .as_ref()
+    }
+
+    /// The control plane with controllers, scheduler and fake nodes, shared by the lifecycle
+    /// tests and started on first use (`None` when the peers are missing outside CI).
+    pub fn with_controllers() -> Option<&'static Cluster> {
+        static SHARED: OnceLock<Option<Cluster>> = OnceLock::new();
+        SHARED
+            .get_or_init(|| Cluster::start_with_controllers(LIFECYCLE_NODES))
+            .as_ref()
+    }
+
+    /// A control plane of its own with controllers, scheduler and `nodes` fake nodes (for a test
+    /// that must not share one, e.g. to measure); `None` when the peers are missing outside CI.
+    pub fn start_with_controllers(nodes: usize) -> Option<Cluster> {
+        let assets = super::peers::require("KUBEBUILDER_ASSETS", "lifecycle tests")?;
+        let assets = PathBuf::from(assets);
+        for bin in ["kube-controller-manager", "kube-scheduler", "kwok"] {
+            if !assets.join(bin).exists() {
+                let msg = format!("{bin} is missing from {}; run tests/peers/setup", assets.display());
+                assert!(!super::peers::required(), "{msg}");
+                eprintln!("SKIPPED lifecycle tests: {msg}");
+                return None;
+            }
+        }
+        let mut cluster = Cluster::start(&assets);
+        cluster.start_controllers(nodes);
+        Some(cluster)
+    }
+
+    /// Starts kube-controller-manager, kube-scheduler and kwok against this apiserver, creates
+    /// `nodes` fake nodes, and waits until a probe pod is scheduled, Running and Ready.
+    fn start_controllers(&mut self, nodes: usize) {
+        let started = Instant::now();
+        let d = self._dir.path().to_path_buf();
+        let p = |f: &str| d.join(f).display().to_string();
+        let kubeconfig = self.kubeconfig.display().to_string();
+        let lo = Ipv4Addr::LOCALHOST;
+
+        let mut kcm = Command::new(self.assets.join("kube-controller-manager"));
+        kcm.arg(format!("--kubeconfig={kubeconfig}"))
+            .arg("--leader-elect=false")
+            // Every default controller but the node lifecycle one: kwok keeps no node leases, so
+            // it would mark the fake nodes unreachable and evict their pods.
+            .arg("--controllers=*,-node-lifecycle-controller")
+            .arg(format!("--service-account-private-key-file={}", p("sa.key")))
+            .arg(format!("--root-ca-file={}", p("ca.crt")))
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--secure-port={}", free_port(lo)))
+            // Client-side rate limits sized for thousands of pods on one machine.
+            .args(["--kube-api-qps=500", "--kube-api-burst=1000"])
+            .args(["--concurrent-deployment-syncs=10", "--concurrent-replicaset-syncs=10"]);
+        self.controllers
+            .push(Proc::spawn("kube-controller-manager", kcm, &d.join("kcm.log")));
+
+        let mut sched = Command::new(self.assets.join("kube-scheduler"));
+        sched
+            .arg(format!("--kubeconfig={kubeconfig}"))
+            .arg("--leader-elect=false")
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--secure-port={}", free_port(lo)))
+            .args(["--kube-api-qps=500", "--kube-api-burst=1000"]);
+        self.controllers
+            .push(Proc::spawn("kube-scheduler", sched, &d.join("scheduler.log")));
+
+        let stages = d.join("kwok-stages.yaml");
+        write(&stages, include_str!("kwok-stages.yaml"));
+        let mut kwok = Command::new(self.assets.join("kwok"));
+        kwok.arg(format!("--kubeconfig={kubeconfig}"))
+            .arg(format!("--config={}", stages.display()))
+            .arg("--manage-nodes-with-label-selector=type=kwok")
+            // Pod addresses are data in the API only; nothing is ever sent to them.
+            .arg("--cidr=10.64.0.0/16")
+            .arg("--node-ip=10.63.0.1");
+        self.controllers.push(Proc::spawn("kwok", kwok, &d.join("kwok.log")));
+
+        for i in 0..nodes {
+            let name = format!("kwok-node-{i}");
+            let node = format!(
+                "apiVersion: v1\nkind: Node\nmetadata:\n  name: {name}\n  annotations: {{kwok.x-k8s.io/node: fake}}\n  \
+                 labels: {{type: kwok, kubernetes.io/hostname: {name}, topology.kubernetes.io/zone: zone-{z}}}\n",
+                z = i % 2
+            );
+            let mut apply = self.kubectl();
+            apply.args(["apply", "-f", "-"]);
+            super::operator::pipe(apply, &node);
+            // Admission (TaintNodesByCondition) taints a new node not-ready; the node lifecycle
+            // controller, which is off here, would lift it once the node is Ready.
+            self.kubectl_ok(&["taint", "nodes", &name, "node.kubernetes.io/not-ready:NoSchedule-"]);
+            self.nodes.push(name);
+        }
+
+        // The whole chain answers: the namespace's default ServiceAccount (controller-manager), and
+        // a pod that is scheduled (scheduler) and made Running and Ready (kwok).
+        self.kubectl_ok(&["create", "namespace", "kwok-probe"]);
+        let probe = "apiVersion: v1\nkind: Pod\nmetadata: {name: probe, namespace: kwok-probe}\n\
+                     spec: {containers: [{name: app, image: example/probe:1}]}\n";
+        let mut apply = self.kubectl();
+        apply.args(["apply", "-f", "-"]);
+        super::operator::pipe(apply, probe);
+        loop {
+            let sa = self
+                .kubectl()
+                .args(["get", "serviceaccount", "default", "-n", "kwok-probe"])
+                .output();
+            let ready = self
+                .kubectl()
+                .args(["get", "pod", "probe", "-n", "kwok-probe", "-o"])
+                .arg("jsonpath={.status.podIP} {.status.conditions[?(@.type==\"Ready\")].status}")
+                .output();
+            let sa_ok = sa.is_ok_and(|o| o.status.success());
+            let ready = ready
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default();
+            if sa_ok && ready.ends_with(" True") && !ready.starts_with(' ') {
+                break;
+            }
+            for c in &mut self.controllers {
+                if let Some(status) = c.try_exit() {
+                    panic!("{} exited ({status}):\n{}", c.name(), c.log_tail(40));
+                }
+            }
+            if started.elapsed() >= Duration::from_secs(120) {
+                let pod = self
+                    .kubectl()
+                    .args(["get", "pod", "probe", "-n", "kwok-probe", "-o", "yaml"])
+                    .output();
+                let nodes = self.kubectl().args(["get", "nodes", "-o", "yaml"]).output();
+                eprintln!(
+                    "--- probe pod\n{}\n--- nodes\n{}",
+                    pod.map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                        .unwrap_or_default(),
+                    nodes
+                        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                        .unwrap_or_default()
+                );
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "the controllers did not make a probe pod Ready in 120 s (pod: {ready:?}, default SA: {sa_ok}):\n\
+                 --- kube-scheduler\n{}\n--- kwok\n{}\n--- kube-controller-manager\n{}",
+                self.controllers[1].log_tail(15),
+                self.controllers[2].log_tail(15),
+                self.controllers[0].log_tail(15),
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        self.kubectl_ok(&["delete", "namespace", "kwok-probe", "--wait=false"]);
+        eprintln!(
+            "controllers, scheduler and kwok ({nodes} fake nodes) ready in {:?}",
+            started.elapsed()
+        );
+    }
+
+    /// The pids of kube-controller-manager, kube-scheduler and kwok (empty for a bare cluster).
+    pub fn controller_pids(&self) -> Vec<(String, i32)> {
+        self.controllers
+            .iter()
+            .map(|c| (c.name().to_string(), c.pid()))
+            .collect()
+    }
+
+    /// The last lines of the controllers' logs, for assertion messages.
+    pub fn controller_logs(&self, n: usize) -> String {
+        self.controllers
+            .iter()
+            .map(|c| format!("--- {}\n{}", c.name(), c.log_tail(n)))
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     /// Starts etcd and kube-apiserver and waits until `/readyz` answers 200.
@@ -189,6 +370,8 @@ current-context: test
             url,
             kubeconfig,
             assets: assets.to_path_buf(),
+            nodes: Vec::new(),
+            controllers: Vec::new(),
             apiserver,
             etcd,
             _dir: dir,

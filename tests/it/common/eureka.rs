@@ -511,6 +511,8 @@ pub struct Native {
     /// Lease duration and renewal interval in seconds.
     pub lease: (u32, u32),
     pub auth: Option<(String, String)>,
+    /// Instance metadata.
+    pub metadata: Vec<(String, String)>,
 }
 
 impl Native {
@@ -521,7 +523,13 @@ impl Native {
             id: id.to_string(),
             lease: (90, 30),
             auth: None,
+            metadata: Vec::new(),
         }
+    }
+
+    pub fn metadata(mut self, key: &str, value: &str) -> Native {
+        self.metadata.push((key.into(), value.into()));
+        self
     }
 
     pub fn lease(mut self, duration: u32, interval: u32) -> Native {
@@ -559,6 +567,9 @@ impl Native {
         );
         v["leaseInfo"]["durationInSecs"] = self.lease.0.into();
         v["leaseInfo"]["renewalIntervalInSecs"] = self.lease.1.into();
+        for (k, val) in &self.metadata {
+            v["metadata"][k] = val.clone().into();
+        }
         serde_json::json!({ "instance": v })
     }
 

@@ -71,30 +71,35 @@ pub fn prepared() -> Option<&'static Cluster> {
     static READY: OnceLock<bool> = OnceLock::new();
     let cluster = Cluster::shared()?;
     READY.get_or_init(|| {
-        cluster.kubectl_ok(&["create", "namespace", OPERATOR_NAMESPACE]);
-        let crds = root().join("crds");
-        cluster.kubectl_ok(&["apply", "-f", crds.to_str().unwrap()]);
-        let rbac = helm_template(
-            cluster,
-            &[
-                "--show-only",
-                "templates/serviceaccount.yaml",
-                "--show-only",
-                "templates/rbac.yaml",
-            ],
-        );
-        let mut apply = cluster.kubectl();
-        apply.args(["apply", "-f", "-"]);
-        pipe(apply, &rbac);
-        cluster.kubectl_ok(&[
-            "wait",
-            "--for=condition=established",
-            "--timeout=60s",
-            "crd/eurekaapps.eureka-operator.dev",
-        ]);
+        prepare(cluster);
         true
     });
     Some(cluster)
+}
+
+/// Applies the CRD from `crds/` and the chart's ServiceAccount and RBAC (release `eo`) to `cluster`.
+pub fn prepare(cluster: &Cluster) {
+    cluster.kubectl_ok(&["create", "namespace", OPERATOR_NAMESPACE]);
+    let crds = root().join("crds");
+    cluster.kubectl_ok(&["apply", "-f", crds.to_str().unwrap()]);
+    let rbac = helm_template(
+        cluster,
+        &[
+            "--show-only",
+            "templates/serviceaccount.yaml",
+            "--show-only",
+            "templates/rbac.yaml",
+        ],
+    );
+    let mut apply = cluster.kubectl();
+    apply.args(["apply", "-f", "-"]);
+    pipe(apply, &rbac);
+    cluster.kubectl_ok(&[
+        "wait",
+        "--for=condition=established",
+        "--timeout=60s",
+        "crd/eurekaapps.eureka-operator.dev",
+    ]);
 }
 
 /// How to launch an operator process (see [`Operator::launch_with`]).
