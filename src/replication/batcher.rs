@@ -7,8 +7,8 @@
 //! A task's age counts from when the write was first enqueued: a batch that failed goes back
 //! with its tasks' original times, so during an outage tasks expire after the age limit however
 //! often they were retried, and a `Cancel` older than the limit never reaches a peer. (One held
-//! for less than the limit still lands after the link heals, also when the instance registered
-//! again elsewhere meanwhile: cancels carry no timestamp to tell.)
+//! for less than the limit lands after the link heals; it names the `lastDirtyTimestamp` of the
+//! copy it removed, so a peer where the instance registered again meanwhile keeps it.)
 
 use std::{
     collections::{HashMap, VecDeque},

@@ -1116,3 +1116,56 @@ async fn replication_resumes_within_seconds_after_a_long_partition() {
         "replication resumed only {took:?} after the heal"
     );
 }
+
+/// Found by the soak test: a client cancels on A while A's link to B is cut, then registers again
+/// on B. When the link heals, A's queued Cancel reached B and removed the new registration (the
+/// client only found out at its next heartbeat, a 404). Our replicas' cancels now name the
+/// `lastDirtyTimestamp` of the copy they removed, and a newer copy is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_held_behind_a_cut_link_spares_a_newer_registration() {
+    let (a_ip, b_ip) = (ip(193), ip(194));
+    let b = Server::start(b_ip, &["--registry-sync-retries", "1"]).await;
+    let a_to_b = Proxy::start(a_ip, std::net::SocketAddr::from((b_ip, b.port))).await;
+    let a = Server::start(
+        a_ip,
+        &[
+            "--peer-urls",
+            &a_to_b.url(),
+            "--replication-max-batching-delay-ms",
+            "20",
+            "--registry-sync-retries",
+            "1",
+        ],
+    )
+    .await;
+    let client = Native::new(&a.url(), "HELD", "cancelled-then-back");
+    assert_eq!(client.register().await, 204);
+    wait_for(
+        "the registration to reach B",
+        Duration::from_secs(20),
+        Duration::from_millis(50),
+        || async { client.is_on(&b.url()).await.then_some(()) },
+    )
+    .await;
+    a_to_b.cut();
+    assert_eq!(client.cancel().await, 200);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    // Registered again on B (a new lastDirtyTimestamp) while A still holds the Cancel for B.
+    assert_eq!(client.on(&b.url()).register().await, 204);
+    a_to_b.heal();
+    // A write queued on A after the Cancel: once it is on B, so is the Cancel.
+    let marker = Native::new(&a.url(), "HELD", "queued-after-the-cancel");
+    assert_eq!(marker.register().await, 204);
+    wait_for(
+        "A's queue to reach B after the heal",
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        || async { marker.is_on(&b.url()).await.then_some(()) },
+    )
+    .await;
+    assert!(
+        client.is_on(&b.url()).await,
+        "A's held Cancel removed the registration made on B after it\n{}",
+        b.proc.log_tail(20)
+    );
+}
