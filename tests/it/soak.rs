@@ -1770,10 +1770,11 @@ async fn every_live_instance_survives_random_faults() {
         eprintln!("SOAK   note: {n}");
     }
     eprintln!(
-        "SOAK convergence after a heal (every ready replica holds every live instance): n={} p50={:.1}s p90={:.1}s max={:.1}s; over the bound: {slow}",
+        "SOAK convergence after a heal (every ready replica holds every live instance): n={} p50={:.1}s p90={:.1}s p99={:.1}s max={:.1}s; over the bound: {slow}",
         all.len(),
         pct(&all, 0.5),
         pct(&all, 0.9),
+        pct(&all, 0.99),
         all.last().map_or(0.0, |d| secs(*d))
     );
     let mut per_kind: BTreeMap<&str, Vec<Duration>> = BTreeMap::new();
