@@ -29,10 +29,11 @@
 //!
 //! One explanation is a limit of the protocol, counted apart instead of failing the test (it
 //! does with `EO_SOAK_STRICT=1`): a client's `DELETE` taken by a stopped server (the client timed
-//! out, failed over and registered again) is acted on when the server resumes, and removes the
-//! new registration everywhere (a client's cancel carries no timestamp; Netflix's server does the
-//! same). A cancel held in a replica's replication queue behind a cut link is no excuse: our
-//! replicas' cancels name the copy they removed, and a newer registration is kept.
+//! out, failed over and registered again), or the Java server's replicated cancel taken by a
+//! stopped replica, is acted on when the server resumes, possibly after the newer registration,
+//! and removes it everywhere (neither carries a timestamp; Netflix's servers do the same). A
+//! cancel held in a replica's replication queue behind a cut link is no excuse: our replicas'
+//! cancels name the copy they removed, and a newer registration is kept.
 //!
 //! It prints the seed (`EO_SOAK_SEED` replays the fault sequence), the faults injected by kind,
 //! what the proxies did, the client counters, what explained each absence, the convergence times
@@ -521,9 +522,9 @@ enum Why {
     /// As `PathCut`, but the replica led all along and could still reach those servers: its
     /// anti-entropy should have kept the instance (counted apart, to see whether it does).
     PathCutLeaderCouldPull,
-    /// A cancel the client sent before it registered again was taken by a stopped server and
-    /// acted on when it resumed, removing the new registration (a client's cancel carries no
-    /// timestamp).
+    /// A cancel the client sent before it registered again (or the Java server's replicated
+    /// copy of it) was taken by a stopped server and acted on when it resumed, removing the new
+    /// registration (neither carries a timestamp).
     StaleCancel,
 }
 
@@ -658,12 +659,15 @@ impl Shared {
             // A cancel sent before this registration to a stopped server, which acted on it when
             // it resumed. Judged over the whole time since the cancel. (One queued behind a cut
             // link into `r` explains nothing: a replicated cancel spares a newer registration.)
+            // The same when the client cancelled on the Java server and a replica was stopped
+            // as Java replicated the cancel (Java's replicated cancels carry no timestamp either;
+            // the resumed replica may apply it after the newer registration and pass it on).
             let stale = c.last_cancel.is_some_and(|(a, at)| {
                 c.live_since.is_some_and(|l| at < l)
                     && f.start <= t
                     && f.end.is_none_or(|e| e >= at)
-                    && f.procs.contains(&a)
-                    && c.unanswered_cancels.iter().any(|(s, u)| *s == a && *u >= at)
+                    && ((f.procs.contains(&a) && c.unanswered_cancels.iter().any(|(s, u)| *s == a && *u >= at))
+                        || (a == JAVA && f.kind == Kind::Stop && f.start <= at + Duration::from_secs(1)))
             });
             let e = e.or_else(|| {
                 stale.then(|| Explained {
