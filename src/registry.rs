@@ -196,6 +196,15 @@ pub enum Command {
         app: String,
         id: String,
     },
+    /// A peer's `Cancel` that names the `lastDirtyTimestamp` of the copy it removed (this
+    /// operator's replicas send it; Java peers do not): a copy here that is newer registered again
+    /// after that cancel (the cancel was held behind a partition) and is kept.
+    CancelCopy {
+        app: String,
+        id: String,
+        writer: Writer,
+        last_dirty_timestamp: i64,
+    },
     /// Creates or updates the instance of a pod. `info.status` is what the pod's state maps to.
     UpsertPod {
         info: InstanceInfo,
@@ -574,6 +583,12 @@ impl Registry {
                 merged,
             } => self.update_metadata(&app, &id, entries, Some((base, merged)), now),
             Command::Evict { app, id } => self.evict_replicated(&app, &id, now),
+            Command::CancelCopy {
+                app,
+                id,
+                writer,
+                last_dirty_timestamp,
+            } => self.cancel_copy(&app, &id, writer, last_dirty_timestamp, now),
             Command::UpsertPod { info, owner, overrides } => self.upsert_pod(info, owner, overrides, now),
             Command::RemovePod { app, id, owner } => self.remove_pod(&app, &id, &owner, now),
             Command::Claim { claim } => self.claim(claim, now),
@@ -870,6 +885,18 @@ impl Registry {
         self.cancelled(app, id, writer, now)
     }
 
+    fn cancel_copy(&mut self, app: &str, id: &str, writer: Writer, cancelled_dirty: i64, now: i64) -> Outcome {
+        if let Some(entry) = self.apps.get(app).and_then(|a| a.get(id))
+            && !entry.holding.is_pod()
+            && entry.info.last_dirty_timestamp > cancelled_dirty
+        {
+            return Outcome::reply(Reply::Refused(format!(
+                "instance {id} of {app} registered again after the cancelled copy; kept"
+            )));
+        }
+        self.cancel(app, id, writer, now)
+    }
+
     /// Removes a native or replicated instance as cancelled (Java forgets its override whether or
     /// not the lease exists) and says so to peers as written by `writer`.
     fn cancelled(&mut self, app: &str, id: &str, writer: Writer, now: i64) -> Outcome {
@@ -888,7 +915,8 @@ impl Registry {
                 action: Action::Cancel,
                 app: app.to_string(),
                 id: id.to_string(),
-                last_dirty_timestamp: None,
+                // What was cancelled, so that a peer that holds a newer registration keeps it.
+                last_dirty_timestamp: Some(removed.info.last_dirty_timestamp),
                 status: None,
                 overridden_status: None,
                 instance: None,

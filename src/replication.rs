@@ -673,6 +673,13 @@ impl Replicator {
                 // The peer's copy is newer: take it, as a replicated write from that peer.
                 // Its overriddenStatus, if any, becomes ours through the registration.
                 let Some(info) = entity else { return };
+                if record.origin == Origin::Pod || self.owned(&info) {
+                    // Our pod instances come from our watch, never from a peer: a Java peer's copy
+                    // stamped by a former leader, answered after the pod went, would otherwise
+                    // come back as a replicated instance of a deleted pod.
+                    tracing::debug!(id = %record.id, "ignored a peer's copy of one of our pod instances");
+                    return;
+                }
                 let outcome = self.state.apply(Command::Register {
                     info,
                     writer: Writer::Peer(q.kind),

@@ -105,10 +105,18 @@ fn apply(api: &Api, item: ReplicationItem, writer: Writer) -> ItemResponse {
             app: item.app_name,
             id: item.id,
         },
-        Action::Cancel => Command::Cancel {
-            app: item.app_name,
-            id: item.id,
-            writer,
+        Action::Cancel => match item.last_dirty_timestamp {
+            Some(last_dirty_timestamp) => Command::CancelCopy {
+                app: item.app_name,
+                id: item.id,
+                writer,
+                last_dirty_timestamp,
+            },
+            None => Command::Cancel {
+                app: item.app_name,
+                id: item.id,
+                writer,
+            },
         },
         Action::StatusUpdate => {
             let Ok(Some(status)) = exact(item.status.as_deref()) else {

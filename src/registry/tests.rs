@@ -992,3 +992,40 @@ fn a_replicated_eviction_spares_a_lease_that_renewed_here() {
     );
     assert_eq!(r.apply(evict("dead"), now).reply, Reply::NotFound);
 }
+
+#[test]
+fn a_cancel_held_behind_a_partition_spares_a_newer_registration() {
+    // Replica A: the client cancels; the replicated Cancel names the copy it removed.
+    let mut a = registry();
+    let mut first = inst("orders", "o-1");
+    first.last_dirty_timestamp = T0 + 1;
+    register(&mut a, first.clone(), T0 + 1);
+    let cancel = |writer| Command::Cancel {
+        app: "ORDERS".into(),
+        id: "o-1".into(),
+        writer,
+    };
+    let out = a.apply(cancel(Writer::Client), T0 + 2_000);
+    assert_eq!(out.replicate[0].last_dirty_timestamp, Some(T0 + 1));
+    // Replica B: the Cancel arrives after the client registered again there.
+    let mut b = registry();
+    let mut again = inst("orders", "o-1");
+    again.last_dirty_timestamp = T0 + 5_000;
+    register(&mut b, again, T0 + 5_000);
+    let copy = |dirty| Command::CancelCopy {
+        app: "ORDERS".into(),
+        id: "o-1".into(),
+        writer: Writer::REPLICA,
+        last_dirty_timestamp: dirty,
+    };
+    assert!(matches!(b.apply(copy(T0 + 1), T0 + 9_000).reply, Reply::Refused(_)));
+    assert!(
+        b.instance("ORDERS", "o-1", T0 + 9_000).is_some(),
+        "the newer registration stays"
+    );
+    // A Cancel of that very registration (or one without a timestamp, as Java sends) removes it.
+    assert_eq!(b.apply(copy(T0 + 5_000), T0 + 9_000).reply, Reply::Ok);
+    register(&mut b, first, T0 + 10_000);
+    assert_eq!(b.apply(cancel(Writer::REPLICA), T0 + 11_000).reply, Reply::Ok);
+    assert!(b.instance("ORDERS", "o-1", T0 + 11_000).is_none());
+}

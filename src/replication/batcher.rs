@@ -6,8 +6,9 @@
 //!
 //! A task's age counts from when the write was first enqueued: a batch that failed goes back
 //! with its tasks' original times, so during an outage tasks expire after the age limit however
-//! often they were retried, and a stale `Cancel` can never reach a peer after the instance
-//! re-registered elsewhere.
+//! often they were retried, and a `Cancel` older than the limit never reaches a peer. (One held
+//! for less than the limit lands after the link heals; it names the `lastDirtyTimestamp` of the
+//! copy it removed, so a peer where the instance registered again meanwhile keeps it.)
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -246,14 +247,16 @@ pub struct Backoff {
 }
 
 impl Backoff {
-    pub const MAX: Duration = Duration::from_secs(30);
+    /// The longest wait between attempts: a peer that comes back after a partition, however long,
+    /// gets the queued writes (and anti-entropy's repairs, queued behind them) within this.
+    pub const MAX: Duration = Duration::from_secs(5);
 
     pub fn success(&mut self) {
         self.failures = 0;
     }
 
     /// The delay after a failure of this class (Java: 1 s for congestion, 100 ms for network
-    /// errors), doubling with consecutive failures up to 30 s.
+    /// errors, fixed), doubling with consecutive failures up to [`Backoff::MAX`].
     pub fn failure(&mut self, class: Failure) -> Duration {
         self.failures = self.failures.saturating_add(1);
         let base = match class {

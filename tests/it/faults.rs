@@ -21,7 +21,7 @@ use serde_json::Value;
 
 use crate::common::{
     cluster::Cluster,
-    eureka::{Native, Server, http},
+    eureka::{JavaServer, Native, Server, http},
     operator::{
         Launch, Operator, eureka_app, helm_template, instances, namespace, pod, prepared, set_ready, wait_condition,
     },
@@ -975,4 +975,197 @@ async fn the_cluster_id_defaults_to_the_kube_system_uid() {
     )
     .await;
     assert_eq!(instance["metadata"]["k8s.cluster"], uid.trim(), "{instance}");
+}
+
+/// Found by the soak test: a Java peer that holds a pod instance with a later
+/// `lastDirtyTimestamp` (registered by a former leader, whose clock stamped it) answers the new
+/// leader's heartbeats with 409 and its copy. A heartbeat in flight when the pod is deleted must
+/// not bring the instance back as a replicated one: the watch, not a peer, is the truth for pod
+/// instances.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_java_peers_newer_copy_never_brings_a_deleted_pod_back() {
+    let Some(cluster) = prepared() else { return };
+    let client = cluster.admin().await;
+    let ns = "fault-conflict";
+    namespace(&client, ns).await;
+    pod(&client, ns, "gone-0", &[("app", "gone")], &[("http", 8080)], "node-a").await;
+    set_ready(&client, ns, "gone-0", "10.8.6.1", true).await;
+    eureka_app(
+        cluster,
+        ns,
+        "gone",
+        "  selector: {matchLabels: {app: gone}}\n  port: http\n  terminating: Deregister\n",
+    );
+    let (op_ip, java_ip) = (ip(197), ip(198));
+    let java_port = free_port(java_ip);
+    let Some(java) = JavaServer::start_on(java_ip, java_port, &[]).await else {
+        return;
+    };
+    let to_java = Proxy::start(op_ip, std::net::SocketAddr::from((java_ip, java_port))).await;
+    let op = Operator::start(
+        cluster,
+        op_ip,
+        ns,
+        "fault-conflict",
+        &[
+            "--java-peer-urls",
+            &to_java.url(),
+            "--java-peer-heartbeat-interval-ms",
+            "300",
+            "--replication-max-batching-delay-ms",
+            "20",
+        ],
+    )
+    .await;
+    let id = "gone-0.fault-conflict:gone:8080";
+    wait_for(
+        "the pod instance on the Java peer",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || async {
+            crate::common::eureka::app_instances(&java.url(), "GONE")
+                .await
+                .len()
+                .eq(&1)
+                .then_some(())
+        },
+    )
+    .await;
+    // A former leader registered it on the Java peer with a later lastDirtyTimestamp.
+    let mut copy = crate::common::operator::instance(&op.server, "GONE", id)
+        .await
+        .expect("registered");
+    let dirty = copy["lastDirtyTimestamp"]
+        .as_i64()
+        .or_else(|| copy["lastDirtyTimestamp"].as_str().and_then(|s| s.parse().ok()))
+        .expect("a lastDirtyTimestamp");
+    copy["lastDirtyTimestamp"] = (dirty + 600_000).to_string().into();
+    let r = http()
+        .post(format!("{}apps/GONE", java.url()))
+        .header("x-netflix-discovery-replication", "true")
+        .header("Content-Type", "application/json")
+        .body(serde_json::json!({ "instance": copy }).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 204, "the Java peer took the newer copy");
+    // Heartbeats to the Java peer are now in flight for a while (and answered 409).
+    to_java.delay(Duration::from_millis(1500), Duration::from_millis(1500));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    crate::common::operator::delete_pod(&client, ns, "gone-0").await;
+    wait_for(
+        "the deleted pod's instance to go",
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || async { instances(&op.server, "GONE").await.is_empty().then_some(()) },
+    )
+    .await;
+    let gone_at = Instant::now();
+    while gone_at.elapsed() < Duration::from_secs(8) {
+        let back = instances(&op.server, "GONE").await;
+        assert!(
+            back.is_empty(),
+            "the deleted pod's instance came back {:?} after it went: {back:?}\n{}",
+            gone_at.elapsed(),
+            op.server.proc.log_tail(20)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Found by the soak test: replication to a peer backed off exponentially up to 30 s, so after a
+/// partition of half a minute the queued writes reached the peer only up to 30 s after the link
+/// was back (anti-entropy's repairs wait in the same queue). Retries are now at most 5 s apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replication_resumes_within_seconds_after_a_long_partition() {
+    let (a_ip, b_ip) = (ip(199), ip(200));
+    let b = Server::start(b_ip, &["--registry-sync-retries", "1"]).await;
+    let a_to_b = Proxy::start(a_ip, std::net::SocketAddr::from((b_ip, b.port))).await;
+    a_to_b.cut();
+    let a = Server::start(
+        a_ip,
+        &[
+            "--peer-urls",
+            &a_to_b.url(),
+            "--max-time-for-replication",
+            "120000",
+            "--replication-max-batching-delay-ms",
+            "20",
+            "--registry-sync-retries",
+            "1",
+        ],
+    )
+    .await;
+    let client = Native::new(&a.url(), "LATE", "written-during-the-partition");
+    assert_eq!(client.register().await, 204);
+    tokio::time::sleep(Duration::from_secs(28)).await;
+    assert!(!client.is_on(&b.url()).await, "the partition held");
+    a_to_b.heal();
+    let healed = Instant::now();
+    wait_for(
+        "the write to reach B after the heal",
+        Duration::from_secs(60),
+        Duration::from_millis(50),
+        || async { client.is_on(&b.url()).await.then_some(()) },
+    )
+    .await;
+    let took = healed.elapsed();
+    eprintln!("FIGURES long_partition: the queued write reached the peer {took:?} after a 28 s partition healed");
+    assert!(
+        took < Duration::from_secs(8),
+        "replication resumed only {took:?} after the heal"
+    );
+}
+
+/// Found by the soak test: a client cancels on A while A's link to B is cut, then registers again
+/// on B. When the link heals, A's queued Cancel reached B and removed the new registration (the
+/// client only found out at its next heartbeat, a 404). Our replicas' cancels now name the
+/// `lastDirtyTimestamp` of the copy they removed, and a newer copy is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_held_behind_a_cut_link_spares_a_newer_registration() {
+    let (a_ip, b_ip) = (ip(193), ip(194));
+    let b = Server::start(b_ip, &["--registry-sync-retries", "1"]).await;
+    let a_to_b = Proxy::start(a_ip, std::net::SocketAddr::from((b_ip, b.port))).await;
+    let a = Server::start(
+        a_ip,
+        &[
+            "--peer-urls",
+            &a_to_b.url(),
+            "--replication-max-batching-delay-ms",
+            "20",
+            "--registry-sync-retries",
+            "1",
+        ],
+    )
+    .await;
+    let client = Native::new(&a.url(), "HELD", "cancelled-then-back");
+    assert_eq!(client.register().await, 204);
+    wait_for(
+        "the registration to reach B",
+        Duration::from_secs(20),
+        Duration::from_millis(50),
+        || async { client.is_on(&b.url()).await.then_some(()) },
+    )
+    .await;
+    a_to_b.cut();
+    assert_eq!(client.cancel().await, 200);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    // Registered again on B (a new lastDirtyTimestamp) while A still holds the Cancel for B.
+    assert_eq!(client.on(&b.url()).register().await, 204);
+    a_to_b.heal();
+    // A write queued on A after the Cancel: once it is on B, so is the Cancel.
+    let marker = Native::new(&a.url(), "HELD", "queued-after-the-cancel");
+    assert_eq!(marker.register().await, 204);
+    wait_for(
+        "A's queue to reach B after the heal",
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        || async { marker.is_on(&b.url()).await.then_some(()) },
+    )
+    .await;
+    assert!(
+        client.is_on(&b.url()).await,
+        "A's held Cancel removed the registration made on B after it\n{}",
+        b.proc.log_tail(20)
+    );
 }

@@ -26,4 +26,5 @@ mod peers_eureka;
 mod peers_kubernetes;
 mod readiness_gate;
 mod scale;
+mod soak;
 mod tls;
