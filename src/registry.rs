@@ -38,14 +38,21 @@ use view::{AppView, AppsView, InstanceView, LeaseView, Origin, StatusCounts};
 /// Registry behaviour, named after Spring's `eureka.server.*` properties.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RegistryConfig {
+    /// Self-preservation: when eviction stops because too few renewals arrive.
     pub preservation: PreservationConfig,
     /// `eureka.instance.registry.expected-number-of-clients-sending-renews` (Spring default 1).
     pub expected_number_of_clients_sending_renews: i64,
     /// Used instead of 0 when the registry opens with no instances (Spring default 1).
     pub default_open_for_traffic_count: i64,
+    /// How often eviction runs (Spring default 60 s); a run later than this adds its lateness
+    /// to every lease's expiry, as Java's compensation does.
     pub eviction_interval_timer_in_ms: i64,
+    /// How long a change stays in the delta (Java: 3 minutes).
     pub retention_time_in_ms_in_delta_queue: i64,
+    /// Whether a heartbeat whose `lastDirtyTimestamp` differs from ours is answered 404/409 so
+    /// the newer copy wins (Java's `syncWhenTimestampDiffers`, on by default).
     pub sync_when_timestamp_differs: bool,
+    /// When a lease expires: after one duration (the fix), or Java's double duration.
     pub lease_expiry: ExpiryMode,
     /// How long an unused status override is remembered (Java: 1 hour after last access).
     pub override_expiry_ms: i64,
@@ -121,8 +128,11 @@ impl Writer {
 /// The Kubernetes object a pod instance stands for. Plain strings: no Kubernetes types here.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PodOwner {
+    /// The namespace of the pod and of its EurekaApp.
     pub namespace: String,
+    /// The EurekaApp that selects the pod.
     pub eureka_app: String,
+    /// The pod's name.
     pub pod: String,
 }
 
@@ -287,12 +297,19 @@ impl Action {
 /// records, whatever its writer.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Replication {
+    /// Register, Heartbeat, Cancel, StatusUpdate or DeleteStatusOverride.
     pub action: Action,
+    /// The application of the instance.
     pub app: String,
+    /// The instance id.
     pub id: String,
+    /// The version of the copy the write applied to (peers compare it with theirs).
     pub last_dirty_timestamp: Option<i64>,
+    /// The new status of a StatusUpdate (or the fallback of a DeleteStatusOverride).
     pub status: Option<Status>,
+    /// The override a Heartbeat carries, so a peer converges on it.
     pub overridden_status: Option<Status>,
+    /// The instance as stored, for Register (and for a Heartbeat a peer answers with 404).
     pub instance: Option<InstanceView>,
     /// Pod instances are derived by every replica from its own watch; only Java peers need them.
     pub origin: Origin,
@@ -349,15 +366,20 @@ fn effective_override(overrides: PodOverrides, rest: Option<RestOverride>) -> St
 /// a pod instance, so it survives restarts.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PodOverride {
+    /// The pod whose annotation to write.
     pub owner: PodOwner,
+    /// The override to remember, `None` to forget it.
     pub status: Option<Status>,
 }
 
 /// The result of one write.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Outcome {
+    /// What the writer is answered.
     pub reply: Reply,
+    /// What to tell peers (routed by writer and origin in `replication`).
     pub replicate: Vec<Replication>,
+    /// An override the controller should persist on a pod.
     pub pod_override: Option<PodOverride>,
 }
 
@@ -453,18 +475,25 @@ impl Holding {
     }
 }
 
+/// One stored instance.
 #[derive(Clone, Debug)]
 struct Entry {
+    /// The instance as shown (status after the override rules), shared with readers.
     info: Arc<InstanceInfo>,
+    /// Its lease.
     lease: Lease,
+    /// Who holds it, which decides expiry, eviction and self-preservation.
     holding: Holding,
     /// Registered from a copy of a peer's registry ([`Command::RegisterCopy`]).
     copied: bool,
 }
 
+/// A REST status override, kept by instance id like Java's `overriddenInstanceStatusMap`.
 #[derive(Clone, Copy, Debug)]
 struct OverrideEntry {
+    /// The forced status.
     status: Status,
+    /// When it was last read or set; unused overrides are forgotten after an hour.
     accessed: i64,
 }
 
@@ -480,19 +509,31 @@ struct Change {
 /// The registry. See the module docs.
 #[derive(Debug)]
 pub struct Registry {
+    /// Behaviour settings.
     config: RegistryConfig,
+    /// Application name → instance id → stored instance.
     apps: HashMap<String, HashMap<String, Entry>>,
+    /// REST status overrides by instance id.
     overrides: HashMap<String, OverrideEntry>,
+    /// The delta's change log, oldest first, pruned after the retention time.
     changes: VecDeque<Change>,
+    /// The dashboard's last registrations (time, `APP(id)`).
     recent_registered: VecDeque<(i64, String)>,
+    /// The dashboard's last cancellations.
     recent_cancelled: VecDeque<(i64, String)>,
+    /// Instances per status, for the hash code, kept as writes happen.
     counts: StatusCounts,
+    /// Instances per origin, for metrics.
     by_origin: HashMap<Origin, u64>,
+    /// Bumped by every write that changes what a fetch shows (heartbeats do not).
     version: u64,
     /// The registry version of each application's last change (for per-application caches).
     app_versions: HashMap<String, u64>,
+    /// Self-preservation's expected clients, threshold and renewal rate.
     preservation: Preservation,
+    /// When eviction last ran (its lateness is compensated, as Java does).
     last_eviction: Option<i64>,
+    /// Counters since start, for metrics.
     totals: Totals,
     /// What the controller says about the pods of adopting EurekaApps.
     claims: adoption::Claims,

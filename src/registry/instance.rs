@@ -102,7 +102,9 @@ impl ActionType {
 /// `port` / `securePort`: a number and whether it is enabled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PortInfo {
+    /// The port number (`$` in JSON, the element text in XML).
     pub port: i32,
+    /// `@enabled`: whether clients may use it (Java writes `"true"`/`"false"` as strings).
     pub enabled: bool,
 }
 
@@ -162,7 +164,10 @@ impl DataCenterInfo {
 /// The lease terms a registrant asked for (`leaseInfo.renewalIntervalInSecs/durationInSecs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LeaseTerms {
+    /// How often the registrant promises to renew (`renewalIntervalInSecs`, 30 by default);
+    /// self-preservation's expected renewals are computed from it.
     pub renewal_interval_secs: i32,
+    /// How long without a renewal before the lease expires (`durationInSecs`, 90 by default).
     pub duration_secs: i32,
 }
 
@@ -203,8 +208,11 @@ impl Default for LeaseTerms {
 /// keys and values is kept as entries change, so size caps cost nothing to check.
 #[derive(Clone, Default)]
 pub struct Metadata {
+    /// The entries in the order they were first inserted.
     pairs: Vec<(String, String)>,
+    /// Key hash → position in `pairs`; built once the map passes a few entries.
     index: Option<Box<Index>>,
+    /// Total bytes of every key and value, for the per-instance size cap.
     bytes: usize,
 }
 
@@ -351,30 +359,55 @@ impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for Metadata {
 /// `InstanceInfo`: one registered instance, as the registrant described it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct InstanceInfo {
+    /// `instanceId`: the key of the instance within its application; when absent, the host
+    /// name is the key (Java's `getId()`).
     pub instance_id: Option<String>,
+    /// `hostName`: what clients connect to unless they prefer the IP address.
     pub host_name: String,
     /// Upper-case application name.
     pub app: String,
+    /// `ipAddr`.
     pub ip_addr: String,
+    /// `sid`: Netflix's legacy security id, `na` by default; stored and echoed.
     pub sid: String,
+    /// The status as the registry shows it, after the override rules.
     pub status: Status,
+    /// The status an operator forced through `PUT .../status` (`UNKNOWN`: no override).
     pub overridden_status: Status,
+    /// The plain port.
     pub port: PortInfo,
+    /// The TLS port (disabled by default).
     pub secure_port: PortInfo,
+    /// `countryId`, 1 by default; stored and echoed.
     pub country_id: i32,
+    /// Where the instance runs (`MyOwn` or `Amazon` with its AWS metadata).
     pub data_center_info: DataCenterInfo,
+    /// The lease terms it asked for.
     pub lease: LeaseTerms,
+    /// Free-form key/value pairs (zone, management port, pod fields for pod instances).
     pub metadata: Metadata,
+    /// `appGroupName`.
     pub app_group_name: Option<String>,
+    /// `homePageUrl`.
     pub home_page_url: Option<String>,
+    /// `statusPageUrl` (the dashboard links it when it is http or https).
     pub status_page_url: Option<String>,
+    /// `healthCheckUrl`.
     pub health_check_url: Option<String>,
+    /// `secureHealthCheckUrl`.
     pub secure_health_check_url: Option<String>,
+    /// `vipAddress`: comma-separated VIPs that `GET vips/{vip}` finds it under.
     pub vip_address: Option<String>,
+    /// `secureVipAddress`: the same for `GET svips/{vip}`.
     pub secure_vip_address: Option<String>,
+    /// When the server last changed this record (ms); heartbeats do not move it.
     pub last_updated_timestamp: i64,
+    /// When the registrant last changed it (ms): the version that decides which copy wins
+    /// between a registration and a replica's heartbeat or a 409.
     pub last_dirty_timestamp: i64,
+    /// `actionType`: how the instance last changed (ADDED, MODIFIED, DELETED), for deltas.
     pub action_type: Option<ActionType>,
+    /// `asgName`: the AWS auto-scaling group, stored and echoed.
     pub asg_name: Option<String>,
 }
 

@@ -16,12 +16,18 @@ pub enum ExpiryMode {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lease {
+    /// When the instance registered (ms).
     pub registration_ts: i64,
     /// When the lease was last renewed (its registration time until the first renewal).
     pub renewed_at: i64,
+    /// Whether it has been renewed at all: in Java's expiry mode only a renewed lease gets the
+    /// duration added twice (its `Lease.renew` quirk).
     renewed: bool,
+    /// When it was cancelled or evicted (ms), 0 while it lives.
     pub eviction_ts: i64,
+    /// When the instance first went UP (ms), 0 until then.
     pub service_up_ts: i64,
+    /// The lease duration the registrant asked for, in ms.
     pub duration_ms: i64,
 }
 

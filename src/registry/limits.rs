@@ -59,11 +59,15 @@ impl Default for InstanceLimits {
 /// Caps on the whole registry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
+    /// Instances in the whole registry.
     pub max_instances: usize,
+    /// Applications in the whole registry.
     pub max_applications: usize,
+    /// Instances of one application.
     pub max_instances_per_application: usize,
     /// Bytes of text of all instances together ([`InstanceInfo::text_bytes`] summed).
     pub max_registry_bytes: usize,
+    /// The caps on each instance.
     pub instance: InstanceLimits,
 }
 

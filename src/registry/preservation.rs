@@ -5,8 +5,11 @@
 /// Knobs, named after Spring's `eureka.server.*` properties.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PreservationConfig {
+    /// Whether eviction stops when renewals fall below the threshold.
     pub enable_self_preservation: bool,
+    /// The fraction of expected renewals below which eviction stops (0.85).
     pub renewal_percent_threshold: f64,
+    /// The renewal interval assumed for every client when computing expected renewals (30 s).
     pub expected_client_renewal_interval_seconds: i64,
     /// The 403 window after an empty start, and the grace before the EMERGENCY banner.
     pub wait_time_in_ms_when_sync_empty: i64,
@@ -30,9 +33,13 @@ impl Default for PreservationConfig {
 /// are aligned to the moment the registry opened for traffic, not to the wall clock.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MeasuredRate {
+    /// Length of one bucket.
     window_ms: i64,
+    /// When the current bucket started.
     window_start: i64,
+    /// Events counted in the current bucket.
     current: u64,
+    /// Events of the last complete bucket: the figure reported.
     last: u64,
 }
 
@@ -79,11 +86,13 @@ impl MeasuredRate {
 /// The self-preservation state of one registry.
 #[derive(Clone, Debug)]
 pub struct Preservation {
+    /// The settings.
     pub config: PreservationConfig,
     /// `expectedNumberOfClientsSendingRenews`.
     pub expected_clients: i64,
     /// `numberOfRenewsPerMinThreshold`.
     pub threshold: i64,
+    /// Renewals per minute, as Java's `renewsLastMin` measures them.
     pub renews: MeasuredRate,
     /// When the registry opened for traffic (0 until then).
     pub startup_time: i64,

@@ -9,11 +9,17 @@ use super::instance::{ActionType, InstanceInfo, Status};
 /// The `leaseInfo` block of a stored instance, as Java's `decorateInstanceInfo` fills it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct LeaseView {
+    /// `renewalIntervalInSecs` as registered.
     pub renewal_interval_secs: i32,
+    /// `durationInSecs` as registered.
     pub duration_secs: i32,
+    /// `registrationTimestamp` (ms).
     pub registration_ts: i64,
+    /// `lastRenewalTimestamp` (ms).
     pub last_renewal_ts: i64,
+    /// `evictionTimestamp` (ms), 0 while the lease lives.
     pub eviction_ts: i64,
+    /// `serviceUpTimestamp` (ms).
     pub service_up_ts: i64,
 }
 
@@ -45,8 +51,11 @@ impl Origin {
 /// One instance as a reader sees it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct InstanceView {
+    /// The stored instance, shared with the registry (never copied for a read).
     pub info: Arc<InstanceInfo>,
+    /// Its lease figures as the encoders write them.
     pub lease: LeaseView,
+    /// Where it came from (a client, a peer, a pod).
     pub origin: Origin,
 }
 
@@ -67,7 +76,9 @@ impl InstanceView {
 /// `application`: a name and its instances (sorted by id).
 #[derive(Clone, Debug, PartialEq)]
 pub struct AppView {
+    /// The upper-case application name.
     pub name: String,
+    /// Its instances, in the registry's order.
     pub instances: Vec<InstanceView>,
 }
 
@@ -78,6 +89,7 @@ pub struct AppsView {
     pub versions_delta: i64,
     /// `apps__hashcode`.
     pub apps_hashcode: String,
+    /// The applications, in the registry's order.
     pub apps: Vec<AppView>,
 }
 
