@@ -119,6 +119,15 @@ fn operator_namespace(args: &KubernetesArgs, config: &kube::Config) -> String {
         .unwrap_or_else(|| config.default_namespace.clone())
 }
 
+/// What every subsystem shares: the registry's state, metrics and health.
+struct Shared {
+    state: AppState,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    /// When the process started (ms).
+    started_at: i64,
+}
+
 /// Runs the operator until it is asked to stop (`Ok`) or one of its tasks fails (`Err`).
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let Args {
@@ -136,18 +145,96 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         limits,
     } = args;
     let mut supervisor = Supervisor::new(Duration::from_millis(shutdown_grace_ms));
-    let health = Health::new(supervisor.liveness());
     tls::install_default_provider();
     let server_tls = serving
         .server_tls()
         .map(ServerTls::load)
         .transpose()
         .context("failed to set up TLS for the Eureka API")?;
-    let peer_tls = serving
+    let shared = shared(&server, &limits, Health::new(supervisor.liveness()));
+    let access = auth.access()?;
+    let me = Identity::read(peers.replica_id.as_deref(), bind);
+    // Completeness conditions are registered before anything serves.
+    let synced = shared.health.condition("registry synced from peers");
+
+    // The peer list is filled by the peers subsystem; the cluster subsystem reads it too.
+    let (peers_tx, peers_rx) = watch::channel(Vec::new());
+    let mut replication_settings = peers.replication_settings(&me.replica, access.as_ref());
+    replication_settings.tls = serving
         .peer_tls()
         .map(|settings| tls::peer_tls(&settings))
         .transpose()
         .context("failed to set up TLS toward peers")?;
+    let peer_client = replication::client::PeerClient::from_settings(&replication_settings);
+
+    let cluster = start_cluster(
+        &kubernetes,
+        &peers,
+        &me,
+        &shared,
+        peers_rx.clone(),
+        peer_client,
+        &mut supervisor,
+    )
+    .await?;
+    let own = peer_list::OwnAddress {
+        url: peers.my_url.as_deref().and_then(PeerUrl::parse),
+        bind,
+        host: me.host.clone(),
+    };
+    start_peer_list(&peers, own, server_tls.is_some(), &cluster, peers_tx, &mut supervisor)?;
+    let retries = server.sync_retries();
+    start_replication(
+        replication_settings,
+        retries,
+        &shared,
+        &cluster,
+        peers_rx.clone(),
+        synced,
+        &mut supervisor,
+    );
+
+    // Serve (before the sync ends, so replicas that start together can reach each other).
+    let api = Api {
+        state: shared.state.clone(),
+        metrics: shared.metrics,
+        health: shared.health,
+        max_body: max_request_body_bytes,
+        input: api::negotiate::Decoding::new(limits.input_limits()),
+        started_at: shared.started_at,
+        environment: kubernetes
+            .cluster_id
+            .clone()
+            .unwrap_or_else(|| if cluster.in_cluster { "kubernetes" } else { "standalone" }.into()),
+        peers: peers_rx,
+        leadership: cluster.in_cluster.then(|| cluster.leader.clone()),
+        identity: Arc::new(api::identity(&me.replica, &me.host, bind.port(), shared.started_at)),
+    };
+    let listeners = api::Listeners {
+        eureka: bind,
+        admin: admin_bind,
+        http: serving.http(),
+        tls: server_tls,
+    };
+    api::start(listeners, api, access, &mut supervisor).await?;
+    let timers = timers::run(
+        shared.state,
+        server.intervals(),
+        cluster.leader.clone(),
+        supervisor.shutdown(),
+    );
+    supervisor.spawn("timers", Expect::RunsForever, timers);
+    supervisor.run(shutdown_signal()).await?;
+    drop(cluster);
+    Ok(())
+}
+
+/// The registry, its state and the metrics that read it.
+fn shared(
+    server: &crate::config::ServerArgs,
+    limits: &crate::config::limits::LimitArgs,
+    health: Arc<Health>,
+) -> Shared {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let started_at = clock.now_ms();
     let registry_config = RegistryConfig {
@@ -157,136 +244,134 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let state = AppState::new(Registry::new(registry_config, started_at), clock, server.disable_delta);
     let metrics = Metrics::new();
     metrics.with_prometheus(|r| r.register_collector(Box::new(RegistryCollector(state.clone()))));
-    let access = auth.access()?;
-    let me = Identity::read(peers.replica_id.as_deref(), bind);
-    // Completeness conditions are registered before anything serves.
-    let synced = health.condition("registry synced from peers");
+    Shared {
+        state,
+        metrics,
+        health,
+        started_at,
+    }
+}
 
-    // The peer list is filled by the peers subsystem below; the cluster subsystem reads it too.
-    let (peers_tx, peers_rx) = watch::channel(Vec::new());
-    let mut replication_settings = peers.replication_settings(&me.replica, access.as_ref());
-    replication_settings.tls = peer_tls;
-    let peer_client = replication::client::PeerClient::from_settings(&replication_settings);
+/// What the cluster subsystem gives the others (inert values when standalone).
+struct Cluster {
+    /// Whether a cluster was found (false: standalone).
+    in_cluster: bool,
+    /// Whether this replica holds the Lease (always true standalone).
+    leader: watch::Receiver<bool>,
+    /// Standalone, leadership never changes: the sender lives as long as `run`.
+    _standalone_leader: Option<watch::Sender<bool>>,
+    /// Replicas found through the headless Service.
+    discovered: watch::Receiver<Option<Vec<k8s::peers::ReplicaEndpoint>>>,
+    /// The cluster's id (the kube-system namespace's UID).
+    cluster_id: watch::Receiver<Option<String>>,
+}
 
-    // Cluster: the Lease decides who runs the background jobs and writes to Kubernetes.
-    let config = cluster_config(&kubernetes).await?;
-    let (leader_tx, leader_rx) = watch::channel(config.is_none());
-    // Standalone, leadership never changes: the sender lives as long as `run`.
-    let mut _standalone_leader = None;
+/// The cluster subsystem, when a cluster is found: the Lease decides who runs the background
+/// jobs and writes to Kubernetes. Also the `leader` gauge.
+async fn start_cluster(
+    kubernetes: &KubernetesArgs,
+    peers: &crate::config::PeerArgs,
+    me: &Identity,
+    shared: &Shared,
+    peers_rx: watch::Receiver<Vec<replication::Peer>>,
+    peer_client: replication::client::PeerClient,
+    supervisor: &mut Supervisor,
+) -> anyhow::Result<Cluster> {
+    let config = cluster_config(kubernetes).await?;
+    let (leader_tx, leader) = watch::channel(config.is_none());
     let cluster = match config {
-        None => {
-            _standalone_leader = Some(leader_tx);
-            None
-        }
+        None => Cluster {
+            in_cluster: false,
+            leader,
+            _standalone_leader: Some(leader_tx),
+            discovered: watch::channel(Some(Vec::new())).1,
+            cluster_id: watch::channel(None).1,
+        },
         Some(config) => {
-            let namespace = operator_namespace(&kubernetes, &config);
-            let settings = kubernetes.cluster_settings(&namespace, &peers, &me);
+            let namespace = operator_namespace(kubernetes, &config);
+            let settings = kubernetes.cluster_settings(&namespace, peers, me);
             let wiring = k8s::Wiring {
-                state: state.clone(),
-                health: health.clone(),
+                state: shared.state.clone(),
+                health: shared.health.clone(),
                 leader: leader_tx,
-                metrics: metrics.clone(),
-                reconciled: health.condition("Kubernetes watches listed and EurekaApps reconciled"),
-                peers: peers_rx.clone(),
+                metrics: shared.metrics.clone(),
+                reconciled: shared
+                    .health
+                    .condition("Kubernetes watches listed and EurekaApps reconciled"),
+                peers: peers_rx,
                 peer_client,
             };
-            Some(k8s::start(config, settings, wiring, &mut supervisor)?)
+            let started = k8s::start(config, settings, wiring, supervisor)?;
+            Cluster {
+                discovered: started.discovered,
+                cluster_id: started.cluster_id,
+                in_cluster: true,
+                leader,
+                _standalone_leader: None,
+            }
         }
     };
-    let leader_gauge = prometheus_client::metrics::gauge::Gauge::<i64>::default();
-    metrics.with_prometheus(|r| {
+    let gauge = prometheus_client::metrics::gauge::Gauge::<i64>::default();
+    shared.metrics.with_prometheus(|r| {
         r.register(
             "leader",
             "1 while this replica holds the Lease (always without Kubernetes)",
-            leader_gauge.clone(),
+            gauge.clone(),
         )
     });
-    supervisor.spawn(
-        "leader gauge",
-        Expect::RunsForever,
-        follow_leader(leader_rx.clone(), leader_gauge, supervisor.shutdown()),
-    );
+    let follow = follow_leader(cluster.leader.clone(), gauge, supervisor.shutdown());
+    supervisor.spawn("leader gauge", Expect::RunsForever, follow);
+    Ok(cluster)
+}
 
-    // Peers: static replicas, discovered replicas and Java peers, never this replica.
-    // Replicas found through the headless Service are reached like this one serves.
-    let discovery = peer_list::Discovery {
-        own: peer_list::OwnAddress {
-            url: peers.my_url.as_deref().and_then(PeerUrl::parse),
-            bind,
-            host: me.host.clone(),
-        },
-        https: server_tls.is_some(),
-    };
-    let static_replicas = peer_list::parse_urls(&peers.peer_urls, "peer")?;
-    let java = peer_list::parse_urls(&peers.java_peer_urls, "Java peer")?;
-    let (discovered, cluster_id) = match &cluster {
-        Some(c) => (c.discovered.clone(), c.cluster_id.clone()),
-        None => (watch::channel(Some(Vec::new())).1, watch::channel(None).1),
-    };
-    peers_tx.send_replace(peer_list::merge(&static_replicas, &[], &java, &discovery));
-    supervisor.spawn(
-        "peer list",
-        Expect::RunsForever,
-        peer_list::run(
-            static_replicas,
-            java,
-            discovery,
-            discovered.clone(),
-            peers_tx,
-            supervisor.shutdown(),
-        ),
-    );
-
-    // Replication, with the start-up sync that opens the registry for traffic.
-    let replication_metrics = replication::Metrics::default();
-    metrics.with_prometheus(|r| replication_metrics.register(r));
+/// Replication, with the start-up sync that opens the registry for traffic.
+fn start_replication(
+    settings: replication::Settings,
+    retries: replication::sync::Retries,
+    shared: &Shared,
+    cluster: &Cluster,
+    peers: watch::Receiver<Vec<replication::Peer>>,
+    synced: crate::health::Condition,
+    supervisor: &mut Supervisor,
+) {
     let wiring = replication::Wiring {
-        state: state.clone(),
-        leader: leader_rx.clone(),
-        health: health.clone(),
-        peers: peers_rx.clone(),
-        discovered,
-        cluster_id,
-        in_cluster: cluster.is_some(),
+        state: shared.state.clone(),
+        leader: cluster.leader.clone(),
+        health: shared.health.clone(),
+        peers,
+        discovered: cluster.discovered.clone(),
+        cluster_id: cluster.cluster_id.clone(),
+        in_cluster: cluster.in_cluster,
         synced,
     };
-    replication::start(
-        replication_settings,
-        server.sync_retries(),
-        wiring,
-        replication_metrics,
-        &mut supervisor,
-    );
+    let metrics = replication::Metrics::default();
+    shared.metrics.with_prometheus(|r| metrics.register(r));
+    replication::start(settings, retries, wiring, metrics, supervisor);
+}
 
-    // Serve (before the sync ends, so replicas that start together can reach each other).
-    let api = Api {
-        state: state.clone(),
-        metrics,
-        health,
-        max_body: max_request_body_bytes,
-        input: api::negotiate::Decoding::new(limits.input_limits()),
-        started_at,
-        environment: kubernetes
-            .cluster_id
-            .clone()
-            .unwrap_or_else(|| if cluster.is_some() { "kubernetes" } else { "standalone" }.into()),
-        peers: peers_rx,
-        leadership: cluster.as_ref().map(|_| leader_rx.clone()),
-        identity: Arc::new(api::identity(&me.replica, &me.host, bind.port(), started_at)),
-    };
-    let listeners = api::Listeners {
-        eureka: bind,
-        admin: admin_bind,
-        http: serving.http(),
-        tls: server_tls,
-    };
-    api::start(listeners, api, access, &mut supervisor).await?;
-    supervisor.spawn(
-        "timers",
-        Expect::RunsForever,
-        timers::run(state, server.intervals(), leader_rx, supervisor.shutdown()),
+/// The peers subsystem: static replicas, discovered replicas and Java peers, never this
+/// replica. Replicas found through the headless Service are reached the way this one serves.
+fn start_peer_list(
+    peers: &crate::config::PeerArgs,
+    own: peer_list::OwnAddress,
+    https: bool,
+    cluster: &Cluster,
+    peers_tx: watch::Sender<Vec<replication::Peer>>,
+    supervisor: &mut Supervisor,
+) -> anyhow::Result<()> {
+    let discovery = peer_list::Discovery { own, https };
+    let static_replicas = peer_list::parse_urls(&peers.peer_urls, "peer")?;
+    let java = peer_list::parse_urls(&peers.java_peer_urls, "Java peer")?;
+    peers_tx.send_replace(peer_list::merge(&static_replicas, &[], &java, &discovery));
+    let run = peer_list::run(
+        static_replicas,
+        java,
+        discovery,
+        cluster.discovered.clone(),
+        peers_tx,
+        supervisor.shutdown(),
     );
-    supervisor.run(shutdown_signal()).await?;
+    supervisor.spawn("peer list", Expect::RunsForever, run);
     Ok(())
 }
 
