@@ -185,30 +185,7 @@ pub async fn serve(
             })
             .clone(),
     };
-    let retry_after = settings.retry_after_seconds;
-    let shed_requests = counters.shed_requests.clone();
-    let service = ServiceBuilder::new()
-        .map_request(|r: Request<Incoming>| r.map(Body::new))
-        .layer(HandleErrorLayer::new(move |e: BoxError| {
-            let shed = shed_requests.clone();
-            async move {
-                if e.is::<tower::load_shed::error::Overloaded>() {
-                    shed.inc();
-                    busy(retry_after, false)
-                } else {
-                    tracing::warn!(error = %e, "request failed in the HTTP layer");
-                    StatusCode::INTERNAL_SERVER_ERROR.into_response()
-                }
-            }
-        }))
-        .load_shed()
-        .layer(GlobalConcurrencyLimitLayer::new(settings.max_in_flight_requests))
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::REQUEST_TIMEOUT,
-            settings.request_timeout,
-        ))
-        .layer(RequestBodyDeadlineLayer::new(settings.body_read_timeout))
-        .service(router);
+    let service = stack(router, &settings, counters.shed_requests.clone());
     let service = TowerToHyperService::new(service);
 
     let connections = Arc::new(Semaphore::new(settings.max_connections));
@@ -277,6 +254,45 @@ pub async fn serve(
         tracing::warn!(listener = name, grace = ?settings.shutdown_grace, "connections still open after the shutdown grace");
     }
     Ok(())
+}
+
+/// The tower stack every request passes: load shedding (503 with `Retry-After`) above the
+/// in-flight limit, then the request timeout (408) and the body-read deadline, then the router.
+fn stack(
+    router: Router,
+    settings: &HttpSettings,
+    shed_requests: Counter,
+) -> impl tower::Service<
+    Request<Incoming>,
+    Response = axum::response::Response,
+    Error = std::convert::Infallible,
+    Future = impl Send,
+> + Clone
++ Send
++ 'static {
+    let retry_after = settings.retry_after_seconds;
+    ServiceBuilder::new()
+        .map_request(|r: Request<Incoming>| r.map(Body::new))
+        .layer(HandleErrorLayer::new(move |e: BoxError| {
+            let shed = shed_requests.clone();
+            async move {
+                if e.is::<tower::load_shed::error::Overloaded>() {
+                    shed.inc();
+                    busy(retry_after, false)
+                } else {
+                    tracing::warn!(error = %e, "request failed in the HTTP layer");
+                    StatusCode::INTERNAL_SERVER_ERROR.into_response()
+                }
+            }
+        }))
+        .load_shed()
+        .layer(GlobalConcurrencyLimitLayer::new(settings.max_in_flight_requests))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            settings.request_timeout,
+        ))
+        .layer(RequestBodyDeadlineLayer::new(settings.body_read_timeout))
+        .service(router)
 }
 
 /// Accept errors are about one connection (reset before accept) or about resources (out of file
