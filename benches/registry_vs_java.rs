@@ -42,7 +42,7 @@ use bytes::Bytes;
 use common::{
     eureka::{Server, spring_instance},
     peers,
-    process::{Proc, free_port, scratch_dir},
+    process::{Proc, free_port, rss_kib, scratch_dir},
 };
 use reqwest::header::{ACCEPT, ACCEPT_ENCODING, CONTENT_TYPE};
 use serde_json::{Value, json};
@@ -225,16 +225,7 @@ fn cpu_secs(pid: u32) -> f64 {
 
 /// VmRSS of `pid` in MB.
 fn rss_mb(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse::<f64>().ok())
-        })
-        .map(|kb| kb / 1024.0)
-        .unwrap_or(f64::NAN)
+    rss_kib(pid).map_or(f64::NAN, |kb| kb as f64 / 1024.0)
 }
 
 // === the load generator ===

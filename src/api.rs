@@ -44,6 +44,8 @@ pub struct Api {
     pub health: Arc<Health>,
     /// Largest request body, after decompression.
     pub max_body: usize,
+    /// Where bodies are decoded, and the per-instance caps applied while decoding them.
+    pub input: negotiate::Decoding,
     /// When this server started (ms).
     pub started_at: i64,
     /// The environment shown by the dashboard and the status document.

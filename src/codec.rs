@@ -1,15 +1,64 @@
 //! Eureka's wire formats, without any HTTP: JSON as Java's `EurekaJacksonCodec` writes it, XML as
 //! XStream writes it, the peer replication batch, and the validation Java applies to a
 //! registration. Encoders take registry views; decoders return registry values.
+//!
+//! Decoders read a body in memory or stream it (an inflating gzip body is never held whole), in
+//! time linear in its size and memory proportional to what they keep: unknown values are skipped
+//! unread, and an instance's metadata stops being kept once it passes the per-instance caps.
 
 pub mod batch;
 pub mod json;
 pub mod xml;
 
+use std::io::BufRead;
+
 use crate::registry::{
     instance::InstanceInfo,
+    limits::{InstanceLimits, LimitExceeded},
     view::{AppView, AppsView, InstanceView},
 };
+
+/// A body to decode: bytes in memory, or a stream read as it is decoded.
+pub enum Input<'a> {
+    Bytes(&'a [u8]),
+    Stream(&'a mut dyn BufRead),
+}
+
+impl Input<'_> {
+    /// The format of a body without a declared type: XML when it starts with `<` (after
+    /// whitespace, which is consumed from a stream), JSON otherwise.
+    pub fn sniff(&mut self) -> Format {
+        let first = match self {
+            Input::Bytes(b) => b.iter().find(|b| !b.is_ascii_whitespace()).copied(),
+            Input::Stream(r) => loop {
+                let Ok(buf) = r.fill_buf() else { break None };
+                match buf.iter().position(|b| !b.is_ascii_whitespace()) {
+                    Some(i) => {
+                        let b = buf[i];
+                        r.consume(i);
+                        break Some(b);
+                    }
+                    None if buf.is_empty() => break None,
+                    None => {
+                        let n = buf.len();
+                        r.consume(n);
+                    }
+                }
+            },
+        };
+        if first == Some(b'<') { Format::Xml } else { Format::Json }
+    }
+}
+
+/// What an instance object decodes to.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DecodedInstance {
+    pub info: InstanceInfo,
+    /// Whether it had a (named) `dataCenterInfo`.
+    pub data_center: DataCenter,
+    /// A cap it exceeds: its metadata is then incomplete, and it must not be stored.
+    pub over_limit: Option<LimitExceeded>,
+}
 
 /// A payload format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -130,17 +179,46 @@ pub struct Registration {
     pub data_center: DataCenter,
 }
 
-/// Decodes a `POST apps/{app}` body. `now` fills the timestamps a registrant left out.
-pub fn decode_registration(body: &[u8], format: Format, now: i64) -> Result<Registration, DecodeError> {
-    let (mut info, data_center) = match format {
-        Format::Json => json::instance_document_from_slice(body, now)?,
-        Format::Xml => {
-            let text = std::str::from_utf8(body).map_err(|_| DecodeError::new("the body is not UTF-8"))?;
-            xml::instance_from_element(&xml::parse(text)?, now)?
-        }
+/// Why a registration body is refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RegistrationError {
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    #[error(transparent)]
+    OverLimit(#[from] LimitExceeded),
+}
+
+/// Decodes a `POST apps/{app}` body in `format` (sniffed from the body when `None`), within the
+/// per-instance caps. `now` fills the timestamps a registrant left out.
+pub fn decode_registration_from(
+    mut input: Input<'_>,
+    format: Option<Format>,
+    now: i64,
+    limits: InstanceLimits,
+) -> Result<Registration, RegistrationError> {
+    let format = format.unwrap_or_else(|| input.sniff());
+    let decoded = match format {
+        Format::Json => json::read_instance_document(input, now, limits)?,
+        Format::Xml => xml::read_instance_document(input, now, limits)?,
     };
+    if let Some(over) = decoded.over_limit {
+        return Err(over.into());
+    }
+    let mut info = decoded.info;
     spring_instance_id(&mut info);
-    Ok(Registration { info, data_center })
+    Ok(Registration {
+        info,
+        data_center: decoded.data_center,
+    })
+}
+
+/// Decodes a registration body in memory, without caps.
+pub fn decode_registration(body: &[u8], format: Format, now: i64) -> Result<Registration, DecodeError> {
+    match decode_registration_from(Input::Bytes(body), Some(format), now, InstanceLimits::UNLIMITED) {
+        Ok(r) => Ok(r),
+        Err(RegistrationError::Decode(e)) => Err(e),
+        Err(RegistrationError::OverLimit(e)) => Err(DecodeError::new(e.to_string())),
+    }
 }
 
 /// Spring Cloud's server codec: a registrant without `instanceId` but with `metadata.instanceId`
@@ -186,5 +264,7 @@ pub fn validate_registration(reg: &Registration, path_app: &str) -> Result<(), S
     Ok(())
 }
 
+#[cfg(test)]
+mod props;
 #[cfg(test)]
 mod tests;

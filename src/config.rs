@@ -6,6 +6,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{Args as ClapArgs, Parser, ValueEnum};
 
+pub mod limits;
 pub mod serving;
 
 use crate::registry::{RegistryConfig, lease::ExpiryMode, preservation::PreservationConfig};
@@ -75,6 +76,9 @@ pub struct Args {
 
     #[command(flatten)]
     pub kubernetes: KubernetesArgs,
+
+    #[command(flatten)]
+    pub limits: limits::LimitArgs,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

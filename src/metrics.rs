@@ -9,7 +9,7 @@ use prometheus_client::{
     collector::Collector,
     encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric},
     metrics::{
-        counter::ConstCounter,
+        counter::{ConstCounter, Counter},
         family::Family,
         gauge::ConstGauge,
         histogram::{Histogram, exponential_buckets},
@@ -26,10 +26,17 @@ pub struct HttpLabels {
     pub status: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimitLabels {
+    pub limit: &'static str,
+}
+
 /// Every metric of the process.
 pub struct Metrics {
     registry: Mutex<Registry>,
     pub http: Family<HttpLabels, Histogram>,
+    /// Writes refused by a cap, by cap (`registry::limits`).
+    pub limit_refusals: Family<LimitLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -50,9 +57,16 @@ impl Metrics {
             "Eureka API request latency by endpoint",
             http.clone(),
         );
+        let limit_refusals = Family::<LimitLabels, Counter>::default();
+        registry.register(
+            "limit_refusals",
+            "Writes refused because they exceed a cap (metadata keys, instance bytes, instances, applications, instances per application)",
+            limit_refusals.clone(),
+        );
         Arc::new(Metrics {
             registry: Mutex::new(registry),
             http,
+            limit_refusals,
         })
     }
 
@@ -69,6 +83,11 @@ impl Metrics {
                 status: status.to_string(),
             })
             .observe(seconds);
+    }
+
+    /// Counts a write refused by a cap (`kind` from `LimitExceeded::kind`).
+    pub fn limit_refused(&self, kind: &'static str) {
+        self.limit_refusals.get_or_create(&LimitLabels { limit: kind }).inc();
     }
 
     /// The OpenMetrics text exposition.

@@ -16,6 +16,7 @@ pub mod changes;
 pub mod eviction;
 pub mod instance;
 pub mod lease;
+pub mod limits;
 pub mod preservation;
 pub mod rules;
 pub mod view;
@@ -28,6 +29,7 @@ use std::{
 use changes::ChangeLog;
 use instance::{ActionType, InstanceInfo, Metadata, Status};
 use lease::{ExpiryMode, Lease};
+use limits::{LimitExceeded, Limits};
 use preservation::{Preservation, PreservationConfig};
 use view::{AppView, AppsView, InstanceView, LeaseView, Origin, StatusCounts};
 
@@ -47,6 +49,8 @@ pub struct RegistryConfig {
     pub override_expiry_ms: i64,
     /// Entries kept for the dashboard's "last registered / cancelled" lists.
     pub recent_queue_len: usize,
+    /// Caps on what clients and peers may store (pods are never refused).
+    pub limits: Limits,
 }
 
 impl Default for RegistryConfig {
@@ -61,6 +65,7 @@ impl Default for RegistryConfig {
             lease_expiry: ExpiryMode::Exact,
             override_expiry_ms: 3_600_000,
             recent_queue_len: 1000,
+            limits: Limits::default(),
         }
     }
 }
@@ -164,6 +169,18 @@ pub enum Command {
         id: String,
         entries: Metadata,
     },
+    /// [`Command::UpdateMetadata`] prepared by the caller without the lock: `merged` is `base` (as
+    /// read from [`Registry::stored`]) with `entries` set. It is stored as is when the instance is
+    /// still `base`, so the write costs O(1) per key under the lock, not a copy of the instance;
+    /// otherwise `entries` are applied to what is stored now. A caller that keeps `base` until the
+    /// write returns also frees the replaced copy without the lock.
+    MergeMetadata {
+        app: String,
+        id: String,
+        entries: Metadata,
+        base: Arc<InstanceInfo>,
+        merged: Box<InstanceInfo>,
+    },
     /// The leader's eviction of an expired lease, replicated to a replica that does not evict on
     /// its own: applied only if the lease has expired here too, so an instance that renews on
     /// this replica (a partition kept its renewals from the leader) is never removed.
@@ -200,6 +217,8 @@ pub enum Reply {
     Refused(String),
     /// A pod instance was left as it was because nothing changed.
     Unchanged,
+    /// A cap refuses the write (an instance too large, or the registry full).
+    OverLimit(LimitExceeded),
 }
 
 /// The replication actions of the batch protocol.
@@ -428,6 +447,8 @@ pub struct Registry {
     preservation: Preservation,
     last_eviction: Option<i64>,
     totals: Totals,
+    /// Bytes of text of every stored instance (what `limits.max_registry_bytes` caps).
+    text_bytes: usize,
 }
 
 impl Registry {
@@ -451,6 +472,7 @@ impl Registry {
             preservation,
             last_eviction: None,
             totals: Totals::default(),
+            text_bytes: 0,
         }
     }
 
@@ -501,7 +523,14 @@ impl Registry {
                 last_dirty_timestamp,
                 writer,
             } => self.delete_status_override(&app, &id, status, last_dirty_timestamp, writer, now),
-            Command::UpdateMetadata { app, id, entries } => self.update_metadata(&app, &id, entries, now),
+            Command::UpdateMetadata { app, id, entries } => self.update_metadata(&app, &id, entries, None, now),
+            Command::MergeMetadata {
+                app,
+                id,
+                entries,
+                base,
+                merged,
+            } => self.update_metadata(&app, &id, entries, Some((base, merged)), now),
             Command::Evict { app, id } => self.evict_replicated(&app, &id, now),
             Command::UpsertPod { info, owner, overrides } => self.upsert_pod(info, owner, overrides, now),
             Command::RemovePod { app, id, owner } => self.remove_pod(&app, &id, &owner, now),
@@ -524,16 +553,23 @@ impl Registry {
                 "instance {id} of {app} is managed by {owner}; change it there"
             )));
         }
-        let mut registrant = incoming.clone();
-        match &existing {
-            // A stored copy that is strictly newer wins over the registration.
-            Some(e) if e.info.last_dirty_timestamp > incoming.last_dirty_timestamp => {
-                registrant = (*e.info).clone();
-            }
-            Some(_) => {}
-            None => self.preservation.client_registered(),
+        if let Err(e) = self.admit(&incoming, existing.as_ref().map(|e| &*e.info)) {
+            return Outcome::reply(Reply::OverLimit(e));
         }
-        let mut lease = Lease::new(now, incoming.lease.normalised().duration_secs);
+        let duration_secs = incoming.lease.normalised().duration_secs;
+        // A stored copy that is strictly newer wins over the registration (which is still what
+        // peers are told about).
+        let (mut registrant, stale_incoming) = match &existing {
+            Some(e) if e.info.last_dirty_timestamp > incoming.last_dirty_timestamp => {
+                ((*e.info).clone(), Some(incoming))
+            }
+            Some(_) => (incoming, None),
+            None => {
+                self.preservation.client_registered();
+                (incoming, None)
+            }
+        };
+        let mut lease = Lease::new(now, duration_secs);
         if let Some(e) = &existing {
             lease.service_up_ts = e.lease.service_up_ts;
         }
@@ -586,7 +622,7 @@ impl Registry {
             // kept, peers still get the incoming (stale) one and resolve it by its timestamp.
             let stored = self.view_of(&app, &id).expect("just registered");
             let mut instance = stored.clone();
-            if stored.info.last_dirty_timestamp > incoming.last_dirty_timestamp {
+            if let Some(incoming) = stale_incoming {
                 instance.info = Arc::new(incoming);
             }
             outcome.replicate.push(Replication {
@@ -602,6 +638,41 @@ impl Registry {
             });
         }
         outcome
+    }
+
+    /// Whether the caps let a client or peer store `info` in place of `replaced` (the instance
+    /// with its id, if there is one: then the counts do not grow).
+    fn admit(&self, info: &InstanceInfo, replaced: Option<&InstanceInfo>) -> Result<(), LimitExceeded> {
+        let limits = &self.config.limits;
+        limits.instance.check(info)?;
+        let freed = replaced.map_or(0, InstanceInfo::text_bytes);
+        if (self.text_bytes - freed.min(self.text_bytes)).saturating_add(info.text_bytes()) > limits.max_registry_bytes
+        {
+            return Err(LimitExceeded::RegistryBytes {
+                limit: limits.max_registry_bytes,
+            });
+        }
+        if replaced.is_some() {
+            return Ok(());
+        }
+        if self.counts.total() >= limits.max_instances as u64 {
+            return Err(LimitExceeded::Instances {
+                limit: limits.max_instances,
+            });
+        }
+        match self.apps.get(&info.app) {
+            Some(app) if app.len() >= limits.max_instances_per_application => {
+                Err(LimitExceeded::InstancesPerApplication {
+                    app: info.app.clone(),
+                    limit: limits.max_instances_per_application,
+                })
+            }
+            Some(_) => Ok(()),
+            None if self.apps.len() >= limits.max_applications => Err(LimitExceeded::Applications {
+                limit: limits.max_applications,
+            }),
+            None => Ok(()),
+        }
     }
 
     fn renew(
@@ -683,16 +754,21 @@ impl Registry {
                 "instance {id} of {app} is managed by {owner}; it goes when its pod goes"
             )));
         }
-        // Java forgets the override whether or not the lease exists.
+        self.cancelled(app, id, writer, now)
+    }
+
+    /// Removes a native or replicated instance as cancelled (Java forgets its override whether or
+    /// not the lease exists) and says so to peers as written by `writer`.
+    fn cancelled(&mut self, app: &str, id: &str, writer: Writer, now: i64) -> Outcome {
         self.overrides.remove(id);
         let Some(removed) = self.remove(app, id, now) else {
             return Outcome::reply(Reply::NotFound);
         };
         self.preservation.client_cancelled();
         self.totals.cancellations += 1;
-        let mut outcome = Outcome::reply(Reply::Ok);
-        {
-            outcome.replicate.push(Replication {
+        Outcome {
+            reply: Reply::Ok,
+            replicate: vec![Replication {
                 action: Action::Cancel,
                 app: app.to_string(),
                 id: id.to_string(),
@@ -702,9 +778,9 @@ impl Registry {
                 instance: None,
                 origin: removed.origin,
                 writer,
-            });
+            }],
+            pod_override: None,
         }
-        outcome
     }
 
     /// Whether an instance is visible to instance lookups and status calls: Java hides expired
@@ -834,7 +910,14 @@ impl Registry {
         outcome
     }
 
-    fn update_metadata(&mut self, app: &str, id: &str, entries: Metadata, now: i64) -> Outcome {
+    fn update_metadata(
+        &mut self,
+        app: &str,
+        id: &str,
+        entries: Metadata,
+        prepared: Option<(Arc<InstanceInfo>, Box<InstanceInfo>)>,
+        now: i64,
+    ) -> Outcome {
         let Some(entry) = self.apps.get(app).and_then(|a| a.get(id)) else {
             return Outcome::reply(Reply::NotFound);
         };
@@ -843,11 +926,18 @@ impl Registry {
                 "instance {id} of {app} is managed by {owner}; set its metadata in the EurekaApp"
             )));
         }
-        // Java edits the stored instance and registers it again (a new lease, an ADDED delta).
-        let mut info = (*entry.info).clone();
-        for (k, v) in entries.iter() {
-            info.metadata.insert(k, v);
-        }
+        // Java edits the stored instance and registers it again (a new lease, an ADDED delta);
+        // the caps are checked on registering.
+        let info = match prepared {
+            Some((base, merged)) if Arc::ptr_eq(&base, &entry.info) => *merged,
+            _ => {
+                let mut info = (*entry.info).clone();
+                for (k, v) in entries.iter() {
+                    info.metadata.insert(k, v);
+                }
+                info
+            }
+        };
         let mut outcome = self.register(info, Writer::Client, now);
         if outcome.reply == Reply::Registered {
             outcome.reply = Reply::Ok;
@@ -1008,29 +1098,9 @@ impl Registry {
                 "instance {id} of {app} renewed here within its lease; not evicted"
             )));
         }
-        self.overrides.remove(id);
-        let Some(removed) = self.remove(app, id, now) else {
-            return Outcome::reply(Reply::NotFound);
-        };
-        self.preservation.client_cancelled();
-        // Counted as a cancellation: `evictions` counts what this replica decided to evict.
-        self.totals.cancellations += 1;
-        Outcome {
-            reply: Reply::Ok,
-            replicate: vec![Replication {
-                action: Action::Cancel,
-                app: app.to_string(),
-                id: id.to_string(),
-                last_dirty_timestamp: None,
-                status: None,
-                overridden_status: None,
-                instance: None,
-                origin: removed.origin,
-                // Replicated: it goes no further.
-                writer: Writer::REPLICA,
-            }],
-            pod_override: None,
-        }
+        // Counted as a cancellation (`evictions` counts what this replica decided to evict) and
+        // replicated no further.
+        self.cancelled(app, id, Writer::REPLICA, now)
     }
 
     // === background work ===
@@ -1299,6 +1369,11 @@ impl Registry {
             .collect()
     }
 
+    /// The stored description of `app`/`id` (expired or not), shared.
+    pub fn stored(&self, app: &str, id: &str) -> Option<Arc<InstanceInfo>> {
+        self.apps.get(app).and_then(|a| a.get(id)).map(|e| e.info.clone())
+    }
+
     /// Whether a lease exists for `app`/`id` (expired or not).
     pub fn contains(&self, app: &str, id: &str) -> bool {
         self.apps.get(app).is_some_and(|a| a.contains_key(id))
@@ -1423,7 +1498,9 @@ impl Registry {
         let id = entry.info.id().to_string();
         self.counts.add(entry.info.status);
         *self.by_origin.entry(entry.holding.kind()).or_default() += 1;
+        self.text_bytes += entry.info.text_bytes();
         if let Some(old) = self.apps.entry(app.clone()).or_default().insert(id.clone(), entry) {
+            self.text_bytes -= old.info.text_bytes();
             self.counts.remove(old.info.status);
             if let Some(n) = self.by_origin.get_mut(&old.holding.kind()) {
                 *n = n.saturating_sub(1);
@@ -1438,8 +1515,10 @@ impl Registry {
             return;
         };
         let old = entry.info.status;
+        let bytes = entry.info.text_bytes();
         let info = Arc::make_mut(&mut entry.info);
         edit(info);
+        self.text_bytes = self.text_bytes - bytes + info.text_bytes();
         info.action_type = Some(ActionType::Modified);
         info.last_updated_timestamp = now;
         let new = info.status;
@@ -1451,6 +1530,7 @@ impl Registry {
     /// Removes an entry, cancels its lease and logs a DELETED change with its last state.
     fn remove(&mut self, app: &str, id: &str, now: i64) -> Option<InstanceView> {
         let mut entry = self.apps.get_mut(app)?.remove(id)?;
+        self.text_bytes -= entry.info.text_bytes();
         entry.lease.cancel(now);
         let info = Arc::make_mut(&mut entry.info);
         info.action_type = Some(ActionType::Deleted);

@@ -300,6 +300,8 @@ struct PeerQueue {
     stopped: AtomicBool,
     /// Set on shutdown: send what is queued without waiting to batch more.
     flushing: AtomicBool,
+    /// Set while a batch is on its way (a flush waits for it too).
+    sending: AtomicBool,
     /// This peer's `queued` gauge, looked up once (it is set on every enqueue).
     queued: Gauge,
 }
@@ -453,6 +455,7 @@ impl Replicator {
                 notify: Notify::new(),
                 stopped: AtomicBool::new(false),
                 flushing: AtomicBool::new(false),
+                sending: AtomicBool::new(false),
                 queued: self
                     .metrics
                     .queued
@@ -471,7 +474,11 @@ impl Replicator {
     /// empty or the flush timeout passes; then stops the senders.
     async fn flush(&self, senders: &mut JoinSet<()>) {
         let queues: Vec<Arc<PeerQueue>> = self.queues.lock().values().cloned().collect();
-        let pending = |qs: &[Arc<PeerQueue>]| qs.iter().map(|q| q.batcher.lock().len()).sum::<usize>();
+        let pending = |qs: &[Arc<PeerQueue>]| {
+            qs.iter()
+                .map(|q| q.batcher.lock().len() + usize::from(q.sending.load(Ordering::Acquire)))
+                .sum::<usize>()
+        };
         let before = pending(&queues);
         for q in &queues {
             q.flushing.store(true, Ordering::Release);
@@ -529,8 +536,10 @@ impl Replicator {
                 }
                 Some(_) => {}
             }
+            q.sending.store(true, Ordering::Release);
             let batch = self.take(&q);
             if batch.is_empty() {
+                q.sending.store(false, Ordering::Release);
                 continue;
             }
             let refs: Vec<&Replication> = batch.iter().map(|t| &t.record).collect();
@@ -559,6 +568,7 @@ impl Replicator {
                 }
                 Err(e) => self.failed(&q, batch, e, &mut backoff, &mut unauthorized).await,
             }
+            q.sending.store(false, Ordering::Release);
         }
     }
 
@@ -630,10 +640,12 @@ impl Replicator {
             return;
         }
         q.batcher.lock().requeue(batch);
+        q.sending.store(false, Ordering::Release);
+        let woken = || q.stopped.load(Ordering::Acquire) || q.flushing.load(Ordering::Acquire);
         tokio::select! {
             _ = tokio::time::sleep(delay) => {}
-            // A removed peer's sender ends at once.
-            _ = async { while !q.stopped.load(Ordering::Acquire) { q.notify.notified().await } } => {}
+            // A removed peer's sender ends at once; a flush tries once more at once.
+            _ = async { while !woken() { q.notify.notified().await } } => {}
         }
     }
 

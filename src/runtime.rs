@@ -18,7 +18,7 @@ use crate::{
     health::Health,
     k8s,
     metrics::{Metrics, RegistryCollector},
-    registry::Registry,
+    registry::{Registry, RegistryConfig},
     replication::{self, client::PeerUrl, peers as peer_list},
     state::{AppState, Clock, SystemClock},
     timers,
@@ -133,6 +133,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         auth,
         peers,
         kubernetes,
+        limits,
     } = args;
     let mut supervisor = Supervisor::new(Duration::from_millis(shutdown_grace_ms));
     let health = Health::new(supervisor.liveness());
@@ -149,11 +150,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .context("failed to set up TLS toward peers")?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let started_at = clock.now_ms();
-    let state = AppState::new(
-        Registry::new(server.registry_config(), started_at),
-        clock,
-        server.disable_delta,
-    );
+    let registry_config = RegistryConfig {
+        limits: limits.registry_limits(),
+        ..server.registry_config()
+    };
+    let state = AppState::new(Registry::new(registry_config, started_at), clock, server.disable_delta);
     let metrics = Metrics::new();
     metrics.with_prometheus(|r| r.register_collector(Box::new(RegistryCollector(state.clone()))));
     let access = auth.access()?;
@@ -263,6 +264,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         metrics,
         health,
         max_body: max_request_body_bytes,
+        input: api::negotiate::Decoding::new(limits.input_limits()),
         started_at,
         environment: kubernetes
             .cluster_id

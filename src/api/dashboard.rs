@@ -1,6 +1,10 @@
 //! The dashboard at `/`, laid out like Spring Cloud's Eureka page: system status, the
 //! self-preservation banners, replicas, instances per application with their status, general
 //! info; and `/lastn` with the last registrations and cancellations.
+//!
+//! Everything on it comes from clients, so every value is escaped, only `http` and `https` status
+//! page URLs become links (a `javascript:` URL is shown as text), and the pages carry a
+//! Content-Security-Policy that allows no script at all.
 
 use std::fmt::Write;
 
@@ -32,11 +36,29 @@ pub fn banner(stats: &Stats) -> Option<&'static str> {
 }
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
 }
+
+/// Whether `url` may be a link: it starts with `http://` or `https://` (in any case) as written,
+/// so no leading space, control character or scheme trick can make it anything else.
+fn is_web_url(url: &str) -> bool {
+    let starts = |prefix: &str| url.get(..prefix.len()).is_some_and(|p| p.eq_ignore_ascii_case(prefix));
+    starts("http://") || starts("https://")
+}
+
+/// No script, no plugins, no framing, no forms; the inline style sheet only.
+pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 fn time(ms: i64) -> String {
     // Days since the epoch to a civil date (Howard Hinnant's algorithm), UTC.
@@ -151,8 +173,12 @@ pub fn render(m: &Model<'_>) -> String {
             );
             let links: Vec<String> = ids
                 .iter()
-                .map(|i| match &i.info.status_page_url {
-                    Some(url) => format!("<a href=\"{}\">{}</a>", esc(url), esc(i.id())),
+                .map(|i| match i.info.status_page_url.as_deref().filter(|u| is_web_url(u)) {
+                    Some(url) => format!(
+                        "<a href=\"{}\" rel=\"noopener noreferrer\">{}</a>",
+                        esc(url),
+                        esc(i.id())
+                    ),
                     None => esc(i.id()),
                 })
                 .collect();
@@ -225,7 +251,17 @@ pub fn render_lastn(registered: &[(i64, String)], cancelled: &[(i64, String)]) -
 }
 
 fn html(body: String) -> Response {
-    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], body).into_response()
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (header::REFERRER_POLICY, "no-referrer"),
+            (header::X_FRAME_OPTIONS, "DENY"),
+        ],
+        body,
+    )
+        .into_response()
 }
 
 pub async fn page(State(api): State<Api>) -> Response {
@@ -295,8 +331,108 @@ mod tests {
             leader: None,
         });
         assert!(page.contains("&lt;test&gt;"));
+        assert!(!page.contains("<test>"));
         assert!(page.contains("http://peer:8761/eureka/"));
         assert!(!page.contains("pw@"));
         assert!(page.contains("No instances available"));
+    }
+
+    fn app_with(status_page_urls: &[&str]) -> AppsView {
+        use crate::registry::{
+            instance::InstanceInfo,
+            view::{AppView, InstanceView, LeaseView, Origin},
+        };
+        let instances = status_page_urls
+            .iter()
+            .enumerate()
+            .map(|(n, url)| {
+                let mut i = InstanceInfo::new("<b>APP</b>", &format!("h{n}\"'"), "10.0.0.1", 0);
+                i.instance_id = Some(format!("id-{n}<script>"));
+                i.status_page_url = Some(url.to_string());
+                i.metadata.insert("zone", "<img src=x onerror=alert(1)>");
+                InstanceView {
+                    info: std::sync::Arc::new(i),
+                    lease: LeaseView {
+                        renewal_interval_secs: 30,
+                        duration_secs: 90,
+                        registration_ts: 0,
+                        last_renewal_ts: 0,
+                        eviction_ts: 0,
+                        service_up_ts: 0,
+                    },
+                    origin: Origin::Native,
+                }
+            })
+            .collect();
+        AppsView {
+            versions_delta: 1,
+            apps_hashcode: String::new(),
+            apps: vec![AppView {
+                name: "<b>APP</b>".into(),
+                instances,
+            }],
+        }
+    }
+
+    #[test]
+    fn only_web_urls_become_links_and_every_value_is_escaped() {
+        let s = stats(false, true);
+        let urls = [
+            "javascript:alert(1)",
+            " javascript:alert(1)",
+            "JaVaScRiPt:alert(1)",
+            "java\tscript:alert(1)",
+            "data:text/html,<script>alert(1)</script>",
+            "vbscript:x",
+            "//evil.example/x",
+            "http://ok.example/info",
+            "HTTPS://ok.example/info?a=1&b=\"2\"",
+        ];
+        let apps = app_with(&urls);
+        let page = render(&Model {
+            stats: &s,
+            apps: &apps,
+            now: 0,
+            started_at: 0,
+            environment: "test",
+            replicas: &[],
+            leader: None,
+        });
+        let hrefs: Vec<&str> = page
+            .split("href=\"")
+            .skip(1)
+            .filter_map(|h| h.split('"').next())
+            .collect();
+        assert_eq!(
+            hrefs,
+            [
+                "lastn",
+                "http://ok.example/info",
+                "HTTPS://ok.example/info?a=1&amp;b=&quot;2&quot;"
+            ]
+        );
+        assert!(!page.to_ascii_lowercase().contains("href=\"javascript"));
+        assert!(
+            page.contains("id-0&lt;script&gt;"),
+            "an instance without a web URL is shown unlinked"
+        );
+        for raw in ["<script>", "<b>APP</b>", "<img", "\"'"] {
+            assert!(!page.contains(raw), "{raw} is not escaped");
+        }
+        assert!(page.contains("&lt;b&gt;APP&lt;/b&gt;"));
+    }
+
+    #[test]
+    fn pages_allow_no_script() {
+        let r = html(String::new());
+        let csp = r
+            .headers()
+            .get(header::CONTENT_SECURITY_POLICY)
+            .unwrap()
+            .to_str()
+            .unwrap();
+        assert!(csp.contains("default-src 'none'"));
+        assert!(!csp.contains("script-src"));
+        assert_eq!(r.headers().get(header::X_CONTENT_TYPE_OPTIONS).unwrap(), "nosniff");
     }
 }

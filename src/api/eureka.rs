@@ -16,8 +16,11 @@ use super::{
 };
 use crate::{
     cache::Key,
-    codec::{self, Format},
-    registry::{Command, Reply, Writer, instance::Status},
+    codec::{self, Format, RegistrationError},
+    registry::{
+        Command, Reply, Writer,
+        instance::{Metadata, Status},
+    },
 };
 
 /// Who is writing, from the replication headers; a marker is honoured only from a caller that
@@ -38,6 +41,22 @@ pub fn writer(headers: &HeaderMap, caller: Caller) -> Result<Writer, ApiError> {
 
 /// Serves one Eureka request.
 pub async fn handle(
+    api: &Api,
+    route: Route,
+    caller: Caller,
+    method: Method,
+    query: Option<&str>,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let result = serve(api, route, caller, method, query, headers, body).await;
+    if let Err(ApiError::OverLimit(e)) = &result {
+        api.metrics.limit_refused(e.kind());
+    }
+    result
+}
+
+async fn serve(
     api: &Api,
     route: Route,
     caller: Caller,
@@ -185,9 +204,12 @@ pub async fn handle(
         }
         (Route::InstanceMetadata { app, id }, _) => {
             writer(headers, caller)?;
-            let entries = params.into_iter().collect();
-            let outcome = state.apply(Command::UpdateMetadata { app, id, entries });
-            reply(outcome.reply, headers)
+            // Java takes the first value of a repeated key, and drops a parameter without a name.
+            let mut entries = Metadata::new();
+            for (k, v) in params.into_iter().filter(|(k, _)| !k.is_empty()) {
+                entries.insert_first(k, v);
+            }
+            reply(update_metadata(api, app, id, entries).await, headers)
         }
         (Route::Batch, _) => peer::batch(api, caller, headers, body).await,
         (Route::AsgStatus { asg }, _) => Err(ApiError::Invalid(format!(
@@ -258,6 +280,7 @@ fn reply(reply: Reply, headers: &HeaderMap) -> Result<Response, ApiError> {
             negotiate::document(StatusCode::CONFLICT, codec::encode_instance(&view, format), format)
         }
         Reply::Refused(message) => return Err(ApiError::Conflict(message)),
+        Reply::OverLimit(e) => return Err(ApiError::OverLimit(e)),
     })
 }
 
@@ -268,14 +291,22 @@ async fn register(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let body = negotiate::read_body(headers, body, api.max_body).await?;
-    let (format, converted) = negotiate::body_format(headers, &body)?;
-    let bytes = converted.as_deref().unwrap_or(&body);
-    let registration =
-        codec::decode_registration(bytes, format, api.state.now()).map_err(|e| ApiError::Unparseable {
-            detail: e.message,
-            json: negotiate::json_request(headers),
-        })?;
+    let (format, latin1) = negotiate::declared_format(headers)?;
+    let (now, limits, json) = (
+        api.state.now(),
+        api.input.limits.instance,
+        negotiate::json_request(headers),
+    );
+    let registration = negotiate::decode_body(headers, body, api.max_body, &api.input, latin1, move |input| {
+        codec::decode_registration_from(input, format, now, limits).map_err(|e| match e {
+            RegistrationError::Decode(e) => ApiError::Unparseable {
+                detail: e.message,
+                json,
+            },
+            RegistrationError::OverLimit(e) => ApiError::OverLimit(e),
+        })
+    })
+    .await?;
     codec::validate_registration(&registration, &app).map_err(|message| ApiError::Validation {
         message,
         format: negotiate::reply_format(headers).unwrap_or(Format::Xml),
@@ -286,6 +317,47 @@ async fn register(
         writer,
     };
     reply(api.state.apply(command).reply, headers)
+}
+
+/// `PUT apps/{app}/{id}/metadata`: the stored instance is copied and merged without the registry
+/// lock (on a blocking thread when it is large), so the lock is held for O(1) per new key; the
+/// replaced copy is freed without the lock too.
+async fn update_metadata(api: &Api, app: String, id: String, entries: Metadata) -> Reply {
+    let state = &api.state;
+    let Some(base) = state.with_registry(|r, _| r.stored(&app, &id)) else {
+        return state.apply(Command::UpdateMetadata { app, id, entries }).reply;
+    };
+    let large = base.text_bytes() > api.input.limits.blocking_threshold;
+    let merge = {
+        let (base, entries) = (base.clone(), entries.clone());
+        move || {
+            let mut merged = (*base).clone();
+            for (k, v) in entries.iter() {
+                merged.metadata.insert(k, v);
+            }
+            Box::new(merged)
+        }
+    };
+    let merged = if large {
+        match tokio::task::spawn_blocking(merge).await {
+            Ok(merged) => merged,
+            Err(_) => return state.apply(Command::UpdateMetadata { app, id, entries }).reply,
+        }
+    } else {
+        merge()
+    };
+    let command = Command::MergeMetadata {
+        app,
+        id,
+        entries,
+        base: base.clone(),
+        merged,
+    };
+    let reply = state.apply(command).reply;
+    if large {
+        tokio::task::spawn_blocking(move || drop(base));
+    }
+    reply
 }
 
 /// Memory figures for the status document: (total available, in use), from /proc.
@@ -359,7 +431,7 @@ fn server_status(api: &Api, format: Format) -> Response {
             out
         }
         Format::Xml => {
-            let esc = |v: &str| v.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+            let esc = codec::xml::escape;
             let mut out = b"<com.netflix.eureka.util.StatusInfo><generalStats>".to_vec();
             for (k, v) in &general {
                 out.extend_from_slice(format!("<{k}>{}</{k}>", esc(v)).as_bytes());

@@ -1,16 +1,30 @@
 //! Content negotiation and replies: which format a client gets (XML unless `Accept` mentions
-//! JSON), which format a body is in, gzip, request-body limits, and the one place where API
-//! errors become HTTP responses.
+//! JSON), which format a body is in, request bodies (size limits, gzip, charsets, decoding off
+//! the request workers), and the one place where API errors become HTTP responses.
+//!
+//! A request body is decoded as it is inflated: a gzip body is never held whole, so a small
+//! compressed body that inflates to the size limit costs the decoder's state, not the inflated
+//! size. Gzip bodies and bodies above a size threshold are decoded on a blocking thread, so the
+//! request workers (and the heartbeats they serve) never wait behind a large decode, and at most
+//! a bounded number of such decodes run at once (by default one less than the cores), so a flood
+//! of large bodies queues instead of taking every core.
 
-use std::io::Read;
+use std::{
+    io::{BufReader, Read},
+    sync::Arc,
+};
 
 use axum::{
-    body::{Body, Bytes},
+    body::Body,
     http::{HeaderMap, HeaderValue, Method, StatusCode, header},
     response::{IntoResponse, Response},
 };
 
-use crate::{cache::Payload, codec::Format};
+use crate::{
+    cache::Payload,
+    codec::{Format, Input, xml},
+    registry::limits::{InstanceLimits, LimitExceeded},
+};
 
 /// A request the API refuses, and why.
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +54,12 @@ pub enum ApiError {
     MethodNotAllowed(Method, &'static [Method]),
     #[error("{0}")]
     Conflict(String),
+    /// A write a cap refuses: 400 when the instance is too large, 403 when the registry is full.
+    #[error(transparent)]
+    OverLimit(LimitExceeded),
+    /// A failure of this server (a decoder that did not finish).
+    #[error("{0}")]
+    Internal(String),
     /// Reads refused while the registry is not ready (Java's `shouldAllowAccess`), or deltas disabled.
     #[error("forbidden")]
     Forbidden,
@@ -70,6 +90,8 @@ impl ApiError {
             ApiError::NoRoute(_) => "no_route",
             ApiError::MethodNotAllowed(..) => "method_not_allowed",
             ApiError::Conflict(_) => "conflict",
+            ApiError::OverLimit(_) => "over_limit",
+            ApiError::Internal(_) => "internal",
             ApiError::Forbidden => "forbidden",
             ApiError::Unauthorized => "unauthorized",
             ApiError::NotAPeer => "not_a_peer",
@@ -97,14 +119,7 @@ impl IntoResponse for ApiError {
             }
             ApiError::Unparseable { detail, json: false } => {
                 let mut body = b"<error><message>cannot parse request body</message><detail>".to_vec();
-                for b in detail.bytes() {
-                    match b {
-                        b'<' => body.extend_from_slice(b"&lt;"),
-                        b'>' => body.extend_from_slice(b"&gt;"),
-                        b'&' => body.extend_from_slice(b"&amp;"),
-                        _ => body.push(b),
-                    }
-                }
+                body.extend_from_slice(xml::escape(&detail).as_bytes());
                 body.extend_from_slice(b"</detail></error>");
                 (
                     StatusCode::BAD_REQUEST,
@@ -134,6 +149,9 @@ impl IntoResponse for ApiError {
                 r
             }
             ApiError::Conflict(m) => text(StatusCode::CONFLICT, m),
+            ApiError::OverLimit(e) if e.is_instance_fault() => text(StatusCode::BAD_REQUEST, message),
+            ApiError::OverLimit(_) => text(StatusCode::FORBIDDEN, message),
+            ApiError::Internal(_) => text(StatusCode::INTERNAL_SERVER_ERROR, message),
             ApiError::Forbidden => empty(StatusCode::FORBIDDEN),
             ApiError::NotAPeer => text(StatusCode::FORBIDDEN, message),
             ApiError::Incomplete => {
@@ -229,29 +247,27 @@ pub fn document(status: StatusCode, body: Vec<u8>, format: Format) -> Response {
     (status, [(header::CONTENT_TYPE, format.content_type())], body).into_response()
 }
 
-/// The format of a request body, from `Content-Type` (or the first byte when there is none),
-/// with the charsets Java accepts (UTF-8 and ISO-8859-1, which is converted).
-pub fn body_format(headers: &HeaderMap, body: &[u8]) -> Result<(Format, Option<Vec<u8>>), ApiError> {
+/// The format a request body declares in `Content-Type` (`None`: none declared, sniff the body),
+/// and whether it is ISO-8859-1 (converted as it is read); the charsets Java accepts are UTF-8 and
+/// ISO-8859-1.
+pub fn declared_format(headers: &HeaderMap) -> Result<(Option<Format>, bool), ApiError> {
     let ct = header_str(headers, header::CONTENT_TYPE).map(str::to_ascii_lowercase);
     let format = match ct.as_deref() {
-        Some(ct) if ct.contains("json") => Format::Json,
-        Some(ct) if ct.contains("xml") => Format::Xml,
+        Some(ct) if ct.contains("json") => Some(Format::Json),
+        Some(ct) if ct.contains("xml") => Some(Format::Xml),
         Some(ct) if !ct.trim().is_empty() => return Err(ApiError::UnsupportedMediaType(ct.to_string())),
-        _ => match body.iter().find(|b| !b.is_ascii_whitespace()) {
-            Some(b'<') => Format::Xml,
-            _ => Format::Json,
-        },
+        _ => None,
     };
     let charset = ct
         .as_deref()
         .and_then(|ct| ct.split(';').find_map(|p| p.trim().strip_prefix("charset=")))
         .map(|c| c.trim_matches('"').to_string());
-    let converted = match charset.as_deref() {
-        None | Some("utf-8") | Some("utf8") => None,
-        Some("iso-8859-1") | Some("latin1") => Some(body.iter().map(|&b| b as char).collect::<String>().into_bytes()),
+    let latin1 = match charset.as_deref() {
+        None | Some("utf-8") | Some("utf8") => false,
+        Some("iso-8859-1") | Some("latin1") => true,
         Some(other) => return Err(ApiError::UnsupportedMediaType(format!("charset {other}"))),
     };
-    Ok((format, converted))
+    Ok((format, latin1))
 }
 
 /// Whether a decode failure should be answered in JSON (Java: request type exactly JSON).
@@ -263,8 +279,205 @@ pub fn json_request(headers: &HeaderMap) -> bool {
     })
 }
 
-/// Reads the whole body, inflating `Content-Encoding: gzip`, refusing more than `limit` bytes.
-pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
+/// What request bodies may be, and where they are decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InputLimits {
+    /// Bodies larger than this (and every gzip body, whose inflated size is unknown until it is
+    /// read) are decoded on a blocking thread.
+    pub blocking_threshold: usize,
+    /// How many of those decodes run at once; 0: one less than the cores, at least one.
+    pub max_concurrent_decodes: usize,
+    /// Caps on one instance, applied while a registration or a batch is decoded.
+    pub instance: InstanceLimits,
+}
+
+impl InputLimits {
+    pub const DEFAULT_BLOCKING_THRESHOLD: usize = 64 * 1024;
+
+    /// The number of concurrent blocking decodes `max_concurrent_decodes` stands for.
+    pub fn decoders(&self) -> usize {
+        match self.max_concurrent_decodes {
+            0 => std::thread::available_parallelism()
+                .map_or(1, |n| n.get())
+                .saturating_sub(1)
+                .max(1),
+            n => n,
+        }
+    }
+}
+
+impl Default for InputLimits {
+    fn default() -> Self {
+        InputLimits {
+            blocking_threshold: Self::DEFAULT_BLOCKING_THRESHOLD,
+            max_concurrent_decodes: 0,
+            instance: InstanceLimits::default(),
+        }
+    }
+}
+
+/// How request bodies are read: the limits, and the permits of the blocking decodes.
+#[derive(Clone, Debug)]
+pub struct Decoding {
+    pub limits: InputLimits,
+    permits: Arc<tokio::sync::Semaphore>,
+}
+
+impl Decoding {
+    pub fn new(limits: InputLimits) -> Decoding {
+        Decoding {
+            limits,
+            permits: Arc::new(tokio::sync::Semaphore::new(limits.decoders())),
+        }
+    }
+}
+
+impl Default for Decoding {
+    fn default() -> Self {
+        Decoding::new(InputLimits::default())
+    }
+}
+
+/// Why a body stream stopped.
+#[derive(Debug)]
+enum Failure {
+    TooLarge,
+    Gzip(String),
+}
+
+/// A body as it is inflated (gzip) and converted (ISO-8859-1 to UTF-8), counting the bytes and
+/// failing past the limit.
+struct BodyReader<'a> {
+    source: Source<'a>,
+    latin1: bool,
+    /// The second byte of a converted character that did not fit.
+    pending: Option<u8>,
+    read: usize,
+    limit: usize,
+    failure: Option<Failure>,
+}
+
+enum Source<'a> {
+    Plain(&'a [u8]),
+    Gzip(flate2::read::GzDecoder<&'a [u8]>),
+}
+
+impl BodyReader<'_> {
+    fn raw(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = match &mut self.source {
+            Source::Plain(b) => b.read(buf)?,
+            Source::Gzip(d) => d
+                .read(buf)
+                .inspect_err(|e| self.failure = Some(Failure::Gzip(e.to_string())))?,
+        };
+        self.read += n;
+        if self.read > self.limit {
+            self.failure = Some(Failure::TooLarge);
+            return Err(std::io::Error::other("request body too large"));
+        }
+        Ok(n)
+    }
+}
+
+impl Read for BodyReader<'_> {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        if self.failure.is_some() {
+            return Err(std::io::Error::other("request body unreadable"));
+        }
+        if !self.latin1 {
+            return self.raw(out);
+        }
+        if out.is_empty() {
+            return Ok(0);
+        }
+        let mut n = 0;
+        if let Some(b) = self.pending.take() {
+            out[0] = b;
+            n = 1;
+        }
+        let mut raw = [0u8; 4096];
+        let want = ((out.len() - n) / 2).clamp(1, raw.len());
+        if n == out.len() {
+            return Ok(n);
+        }
+        let got = self.raw(&mut raw[..want])?;
+        for &b in &raw[..got] {
+            if b < 0x80 {
+                out[n] = b;
+                n += 1;
+            } else {
+                out[n] = 0xC0 | (b >> 6);
+                n += 1;
+                let second = 0x80 | (b & 0x3F);
+                if n < out.len() {
+                    out[n] = second;
+                    n += 1;
+                } else {
+                    self.pending = Some(second);
+                }
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// Decodes a body already read, `raw`, with `decode`: streamed through an inflater (`gzip`) and a
+/// converter (`latin1`) when it needs them, failing past `limit` bytes; `json` says how a decode
+/// failure is answered.
+pub fn decode_bytes<T>(
+    raw: &[u8],
+    gzip: bool,
+    latin1: bool,
+    limit: usize,
+    json: bool,
+    decode: impl FnOnce(Input<'_>) -> Result<T, ApiError>,
+) -> Result<T, ApiError> {
+    if !gzip && !latin1 {
+        return decode(Input::Bytes(raw));
+    }
+    let source = if gzip {
+        Source::Gzip(flate2::read::GzDecoder::new(raw))
+    } else {
+        Source::Plain(raw)
+    };
+    let mut reader = BufReader::with_capacity(
+        16 * 1024,
+        BodyReader {
+            source,
+            latin1,
+            pending: None,
+            read: 0,
+            limit,
+            failure: None,
+        },
+    );
+    let result = decode(Input::Stream(&mut reader));
+    match reader.into_inner().failure {
+        Some(Failure::TooLarge) => Err(ApiError::TooLarge(limit)),
+        Some(Failure::Gzip(e)) => Err(ApiError::Unparseable {
+            detail: format!("invalid gzip body: {e}"),
+            json,
+        }),
+        None => result,
+    }
+}
+
+/// Reads a request body of at most `limit` bytes (after decompression; `Content-Encoding: gzip`
+/// is inflated as it is decoded, and ISO-8859-1 converted when `latin1`) and decodes it with
+/// `decode`: on a blocking thread, once a permit is free, when it is gzipped or larger than the
+/// blocking threshold.
+pub async fn decode_body<T, F>(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+    decoding: &Decoding,
+    latin1: bool,
+    decode: F,
+) -> Result<T, ApiError>
+where
+    T: Send + 'static,
+    F: FnOnce(Input<'_>) -> Result<T, ApiError> + Send + 'static,
+{
     let raw = axum::body::to_bytes(body, limit).await.map_err(|e| {
         let timed_out = std::iter::successors(std::error::Error::source(&e), |e| e.source())
             .any(|e| e.is::<tower_http::timeout::TimeoutError>());
@@ -274,20 +487,37 @@ pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<
             ApiError::TooLarge(limit)
         }
     })?;
-    let gzipped = header_str(headers, header::CONTENT_ENCODING).is_some_and(|v| v.eq_ignore_ascii_case("gzip"));
-    if !gzipped {
-        return Ok(raw);
+    let gzip = header_str(headers, header::CONTENT_ENCODING).is_some_and(|v| v.eq_ignore_ascii_case("gzip"));
+    let json = json_request(headers);
+    if !gzip && raw.len() <= decoding.limits.blocking_threshold {
+        return decode_bytes(&raw, gzip, latin1, limit, json, decode);
     }
-    let mut out = Vec::new();
-    let mut decoder = flate2::read::GzDecoder::new(&raw[..]).take(limit as u64 + 1);
-    decoder.read_to_end(&mut out).map_err(|e| ApiError::Unparseable {
-        detail: format!("invalid gzip body: {e}"),
-        json: json_request(headers),
-    })?;
-    if out.len() > limit {
-        return Err(ApiError::TooLarge(limit));
-    }
-    Ok(Bytes::from(out))
+    let permit = decoding
+        .permits
+        .clone()
+        .acquire_owned()
+        .await
+        .map_err(|e| ApiError::Internal(format!("failed to decode the request body: {e}")))?;
+    tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        decode_bytes(&raw, gzip, latin1, limit, json, decode)
+    })
+    .await
+    .map_err(|e| ApiError::Internal(format!("failed to decode the request body: {e}")))?
+}
+
+/// Reads a whole body as bytes (inflating gzip) with [`decode_body`]'s limits and errors.
+pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Vec<u8>, ApiError> {
+    decode_body(headers, body, limit, &Decoding::default(), false, |input| match input {
+        Input::Bytes(b) => Ok(b.to_vec()),
+        Input::Stream(r) => {
+            let mut out = Vec::new();
+            r.read_to_end(&mut out)
+                .map_err(|e| ApiError::Invalid(format!("failed to read the request body: {e}")))?;
+            Ok(out)
+        }
+    })
+    .await
 }
 
 #[cfg(test)]
@@ -325,23 +555,65 @@ mod tests {
     }
 
     #[test]
-    fn body_formats_and_charsets() {
-        let (f, c) = body_format(&headers(&[("content-type", "application/json")]), b"{}").unwrap();
-        assert_eq!((f, c), (Format::Json, None));
-        let (f, _) = body_format(&headers(&[("content-type", "application/xml; charset=UTF-8")]), b"<a/>").unwrap();
-        assert_eq!(f, Format::Xml);
-        let (f, _) = body_format(&headers(&[]), b"  <instance/>").unwrap();
-        assert_eq!(f, Format::Xml);
-        let (_, c) = body_format(
-            &headers(&[("content-type", "application/json; charset=ISO-8859-1")]),
-            &[0xE9],
-        )
-        .unwrap();
-        assert_eq!(c.unwrap(), "é".as_bytes());
+    fn declared_formats_and_charsets() {
+        let declared = |pairs| declared_format(&headers(pairs));
+        assert_eq!(
+            declared(&[("content-type", "application/json")]).unwrap(),
+            (Some(Format::Json), false)
+        );
+        assert_eq!(
+            declared(&[("content-type", "application/xml; charset=UTF-8")]).unwrap(),
+            (Some(Format::Xml), false)
+        );
+        assert_eq!(declared(&[]).unwrap(), (None, false));
+        assert_eq!(
+            declared(&[("content-type", "application/json; charset=ISO-8859-1")]).unwrap(),
+            (Some(Format::Json), true)
+        );
         assert!(matches!(
-            body_format(&headers(&[("content-type", "text/plain")]), b"x"),
+            declared(&[("content-type", "text/plain")]),
             Err(ApiError::UnsupportedMediaType(_))
         ));
-        assert!(body_format(&headers(&[("content-type", "application/json; charset=utf-16")]), b"x").is_err());
+        assert!(declared(&[("content-type", "application/json; charset=utf-16")]).is_err());
+    }
+
+    fn gzip(data: &[u8]) -> Vec<u8> {
+        use std::io::Write;
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(data).unwrap();
+        e.finish().unwrap()
+    }
+
+    /// Reads the whole stream as `decode` would.
+    fn read_all(raw: &[u8], gzip: bool, latin1: bool, limit: usize) -> Result<Vec<u8>, ApiError> {
+        decode_bytes(raw, gzip, latin1, limit, true, |input| match input {
+            Input::Bytes(b) => Ok(b.to_vec()),
+            Input::Stream(r) => {
+                let mut out = Vec::new();
+                r.read_to_end(&mut out).map_err(|e| ApiError::Invalid(e.to_string()))?;
+                Ok(out)
+            }
+        })
+    }
+
+    #[test]
+    fn bodies_are_inflated_converted_and_bounded_as_they_are_read() {
+        assert_eq!(read_all(b"plain", false, false, 10).unwrap(), b"plain");
+        assert_eq!(read_all(&gzip(b"inflated"), true, false, 10).unwrap(), b"inflated");
+        let latin1: Vec<u8> = (0u8..=255).cycle().take(10_000).collect();
+        let expected: String = latin1.iter().map(|&b| b as char).collect();
+        assert_eq!(read_all(&latin1, false, true, 20_000).unwrap(), expected.as_bytes());
+        assert_eq!(
+            read_all(&gzip(&latin1), true, true, 20_000).unwrap(),
+            expected.as_bytes()
+        );
+        assert!(matches!(
+            read_all(&gzip(&[b' '; 100_000]), true, false, 1000),
+            Err(ApiError::TooLarge(1000))
+        ));
+        assert!(matches!(
+            read_all(b"nope", true, false, 1000),
+            Err(ApiError::Unparseable { .. })
+        ));
     }
 }

@@ -31,16 +31,19 @@ pub async fn batch(api: &Api, caller: Caller, headers: &HeaderMap, body: Body) -
     if !caller.may_replicate() {
         return Err(ApiError::NotAPeer);
     }
-    let body = negotiate::read_body(headers, body, api.max_body).await?;
     let writer = if headers.contains_key(REPLICA_HEADER) {
         Writer::REPLICA
     } else {
         Writer::JAVA
     };
-    let items = batch::decode_list(&body, api.state.now()).map_err(|e| ApiError::Unparseable {
-        detail: e.message,
-        json: true,
-    })?;
+    let (now, limits) = (api.state.now(), api.input.limits.instance);
+    let items = negotiate::decode_body(headers, body, api.max_body, &api.input, false, move |input| {
+        batch::decode_list_from(input, now, limits).map_err(|e| ApiError::Unparseable {
+            detail: e.message,
+            json: true,
+        })
+    })
+    .await?;
     let responses: Vec<ItemResponse> = items.into_iter().map(|item| apply(api, item, writer)).collect();
     Ok(negotiate::document(
         StatusCode::OK,
@@ -61,6 +64,12 @@ fn apply(api: &Api, item: ReplicationItem, writer: Writer) -> ItemResponse {
         None => Ok(None),
         Some(s) => Status::parse_exact(s).map(Some).ok_or(()),
     };
+    if let Some(e) = item.over_limit.as_ref().filter(|_| item.action == Action::Register) {
+        // Java reports 200 for every Register item; the instance is not stored.
+        api.metrics.limit_refused(e.kind());
+        tracing::warn!(error = %e, id = %item.id, "refused a replicated instance over a cap");
+        return status_code(200);
+    }
     let command = match item.action {
         Action::Register => {
             let Some(info) = item.instance else {
@@ -137,6 +146,11 @@ fn apply(api: &Api, item: ReplicationItem, writer: Writer) -> ItemResponse {
         Reply::Refused(message) => {
             tracing::info!(%message, "refused a replicated write");
             status_code(if is_register { 200 } else { 409 })
+        }
+        Reply::OverLimit(e) => {
+            api.metrics.limit_refused(e.kind());
+            tracing::warn!(error = %e, "refused a replicated write over a cap");
+            status_code(if is_register { 200 } else { 400 })
         }
     }
 }

@@ -2,10 +2,20 @@
 //! `{"responseList": [...]}` out, plain Jackson on the Java side (no root wrapper, no unknown
 //! keys, nulls omitted).
 
-use serde_json::Value;
+use std::fmt;
 
-use super::{DecodeError, json};
-use crate::registry::{Action, Replication, Writer, instance::InstanceInfo, view::InstanceView};
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+
+use super::{
+    DecodeError, DecodedInstance, Input,
+    json::{self, InstanceSeed, Scalar},
+};
+use crate::registry::{
+    Action, Replication, Writer,
+    instance::InstanceInfo,
+    limits::{InstanceLimits, LimitExceeded},
+    view::InstanceView,
+};
 
 /// One received `ReplicationInstance`.
 #[derive(Clone, Debug, PartialEq)]
@@ -18,64 +28,236 @@ pub struct ReplicationItem {
     pub status: Option<String>,
     pub overridden_status: Option<String>,
     pub instance: Option<InstanceInfo>,
+    /// The cap the item's instance exceeds; its instance is then dropped. One oversized item does
+    /// not fail the batch.
+    pub over_limit: Option<LimitExceeded>,
     /// A `Cancel` that is the leader's eviction of an expired lease (`"eviction": true`, sent only
     /// between this operator's replicas): the receiver removes the instance only if its own lease
     /// has expired too.
     pub eviction: bool,
 }
 
-fn opt_str(obj: &serde_json::Map<String, Value>, key: &str) -> Option<String> {
-    obj.get(key).and_then(|v| match v {
-        Value::String(s) => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
+/// `appName`, `id`, the statuses: strings, or numbers as their text.
+fn opt_str(v: Scalar) -> Option<String> {
+    match v {
+        Scalar::Str(_) | Scalar::Int(_) | Scalar::UInt(_) | Scalar::Float(_) => v.into_opt_string(),
         _ => None,
-    })
-}
-
-fn opt_i64(obj: &serde_json::Map<String, Value>, key: &str) -> Result<Option<i64>, String> {
-    match obj.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => n.as_i64().map(Some).ok_or_else(|| format!("{key} is not a long")),
-        Some(Value::String(s)) => s.parse().map(Some).map_err(|_| format!("{key} is not a long")),
-        Some(_) => Err(format!("{key} is not a long")),
     }
 }
 
-fn item(v: &Value, now: i64) -> Result<ReplicationItem, String> {
-    let obj = v.as_object().ok_or("a replication item must be an object")?;
-    let action = obj
-        .get("action")
-        .and_then(Value::as_str)
-        .ok_or("a replication item needs an action")?;
-    let action = Action::parse(action).ok_or_else(|| format!("unknown replication action {action:?}"))?;
-    let instance = match obj.get("instanceInfo") {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(json::instance_from_value(v, now).map_err(|e| e.message)?.0),
-    };
-    Ok(ReplicationItem {
-        action,
-        app_name: opt_str(obj, "appName").unwrap_or_default().to_ascii_uppercase(),
-        id: opt_str(obj, "id").unwrap_or_default(),
-        last_dirty_timestamp: opt_i64(obj, "lastDirtyTimestamp")?,
-        status: opt_str(obj, "status"),
-        overridden_status: opt_str(obj, "overriddenStatus"),
-        instance,
-        eviction: obj.get("eviction").and_then(Value::as_bool).unwrap_or(false),
-    })
+/// `lastDirtyTimestamp`: a long, or a string holding one.
+fn opt_i64(v: Scalar, key: &str) -> Result<Option<i64>, String> {
+    match v {
+        Scalar::Null => Ok(None),
+        Scalar::Int(i) => Ok(Some(i)),
+        Scalar::UInt(u) => i64::try_from(u).map(Some).map_err(|_| format!("{key} is not a long")),
+        Scalar::Str(s) => s.parse().map(Some).map_err(|_| format!("{key} is not a long")),
+        _ => Err(format!("{key} is not a long")),
+    }
+}
+
+/// What an item's fields read as, before they are checked.
+#[derive(Default)]
+struct ItemFields {
+    action: Option<Scalar>,
+    app_name: Option<Scalar>,
+    id: Option<Scalar>,
+    dirty: Option<Scalar>,
+    status: Option<Scalar>,
+    overridden: Option<Scalar>,
+    eviction: Option<Scalar>,
+    instance: Option<Result<DecodedInstance, String>>,
+}
+
+impl ItemFields {
+    /// The item, with the checks in the order of Java's reader (and of our earlier one).
+    fn check(self) -> Result<ReplicationItem, String> {
+        let action = self.action.unwrap_or(Scalar::Null);
+        let action = action.as_str().ok_or("a replication item needs an action")?;
+        let action = Action::parse(action).ok_or_else(|| format!("unknown replication action {action:?}"))?;
+        let (instance, over_limit) = match self.instance.transpose()? {
+            Some(d) if d.over_limit.is_some() => (None, d.over_limit),
+            Some(d) => (Some(d.info), None),
+            None => (None, None),
+        };
+        let text = |v: Option<Scalar>| v.and_then(opt_str);
+        Ok(ReplicationItem {
+            action,
+            app_name: text(self.app_name).unwrap_or_default().to_ascii_uppercase(),
+            id: text(self.id).unwrap_or_default(),
+            last_dirty_timestamp: opt_i64(self.dirty.unwrap_or(Scalar::Null), "lastDirtyTimestamp")?,
+            status: text(self.status),
+            overridden_status: text(self.overridden),
+            instance,
+            over_limit,
+            eviction: self.eviction == Some(Scalar::Bool(true)),
+        })
+    }
+}
+
+/// One item of a batch.
+#[derive(Clone)]
+struct ItemSeed {
+    now: i64,
+    limits: InstanceLimits,
+}
+
+const NOT_AN_OBJECT: &str = "a replication item must be an object";
+
+impl<'de> DeserializeSeed<'de> for ItemSeed {
+    type Value = Result<ReplicationItem, String>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ItemSeed {
+    type Value = Result<ReplicationItem, String>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a replication item")
+    }
+    json::scalar_visits!(|_, _| Err(NOT_AN_OBJECT.to_string()));
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Err(NOT_AN_OBJECT.into()))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut f = ItemFields::default();
+        while let Some(key) = map.next_key::<json::Key<'_>>()? {
+            let slot = match key.0 {
+                "action" => &mut f.action,
+                "appName" => &mut f.app_name,
+                "id" => &mut f.id,
+                "lastDirtyTimestamp" => &mut f.dirty,
+                "status" => &mut f.status,
+                "overriddenStatus" => &mut f.overridden,
+                "eviction" => &mut f.eviction,
+                "instanceInfo" => {
+                    let seed = json::NullOr(InstanceSeed {
+                        now: self.now,
+                        limits: self.limits,
+                    });
+                    f.instance = map.next_value_seed(seed)?;
+                    continue;
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                    continue;
+                }
+            };
+            *slot = Some(map.next_value_seed(json::ScalarSeed)?);
+        }
+        Ok(f.check())
+    }
+}
+
+/// `{"<name>": [items]}`: the array under `name` read with `seed`, the first failing item's error
+/// prefixed with its position; `None` when there is no such array.
+struct ListSeed<S>(&'static str, S);
+
+impl<'de, S, T> DeserializeSeed<'de> for ListSeed<S>
+where
+    S: Clone + DeserializeSeed<'de, Value = Result<T, String>>,
+{
+    type Value = Option<Result<Vec<T>, (usize, String)>>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de, S, T> Visitor<'de> for ListSeed<S>
+where
+    S: Clone + DeserializeSeed<'de, Value = Result<T, String>>,
+{
+    type Value = Option<Result<Vec<T>, (usize, String)>>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object")
+    }
+    json::scalar_visits!(|_, _| None);
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut out = None;
+        while let Some(key) = map.next_key::<json::Key<'_>>()? {
+            if key.0 == self.0 {
+                out = map.next_value_seed(Items(self.1.clone()))?;
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The array itself: `None` when the value is not an array.
+struct Items<S>(S);
+
+impl<'de, S, T> DeserializeSeed<'de> for Items<S>
+where
+    S: Clone + DeserializeSeed<'de, Value = Result<T, String>>,
+{
+    type Value = Option<Result<Vec<T>, (usize, String)>>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de, S, T> Visitor<'de> for Items<S>
+where
+    S: Clone + DeserializeSeed<'de, Value = Result<T, String>>,
+{
+    type Value = Option<Result<Vec<T>, (usize, String)>>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an array")
+    }
+    json::scalar_visits!(|_, _| None);
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut out = Vec::new();
+        let mut error = None;
+        let mut n = 0;
+        loop {
+            if error.is_some() {
+                // The document must still parse; the rest is not decoded.
+                if seq.next_element::<IgnoredAny>()?.is_none() {
+                    break;
+                }
+                continue;
+            }
+            match seq.next_element_seed(self.0.clone())? {
+                None => break,
+                Some(Ok(item)) => out.push(item),
+                Some(Err(e)) => error = Some((n, e)),
+            }
+            n += 1;
+        }
+        Ok(Some(error.map_or(Ok(out), Err)))
+    }
 }
 
 /// Decodes a batch. As with Java's Jackson reader, one malformed item (an unknown action, a
-/// field of the wrong type) fails the whole document.
+/// field of the wrong type) fails the whole document; an item whose instance exceeds the caps
+/// only loses its instance (see [`ReplicationItem::over_limit`]).
+pub fn decode_list_from(
+    input: Input<'_>,
+    now: i64,
+    limits: InstanceLimits,
+) -> Result<Vec<ReplicationItem>, DecodeError> {
+    match json::decode(input, ListSeed("replicationList", ItemSeed { now, limits }))? {
+        Some(Ok(items)) => Ok(items),
+        Some(Err((n, e))) => Err(DecodeError::new(format!("replication item {n}: {e}"))),
+        None => Err(DecodeError::new("expected {\"replicationList\": [...]}")),
+    }
+}
+
+/// [`decode_list_from`] for a body in memory, without caps.
 pub fn decode_list(body: &[u8], now: i64) -> Result<Vec<ReplicationItem>, DecodeError> {
-    let v: Value = serde_json::from_slice(body).map_err(|e| DecodeError::new(format!("invalid JSON: {e}")))?;
-    let list = v
-        .get("replicationList")
-        .and_then(Value::as_array)
-        .ok_or_else(|| DecodeError::new("expected {\"replicationList\": [...]}"))?;
-    list.iter()
-        .enumerate()
-        .map(|(n, v)| item(v, now).map_err(|e| DecodeError::new(format!("replication item {n}: {e}"))))
-        .collect()
+    decode_list_from(Input::Bytes(body), now, InstanceLimits::UNLIMITED)
 }
 
 /// One slot of a batch response.
@@ -145,24 +327,70 @@ pub struct PeerResponse {
     pub entity: Option<InstanceInfo>,
 }
 
-pub fn decode_response(body: &[u8], now: i64) -> Result<Vec<PeerResponse>, DecodeError> {
-    let v: Value = serde_json::from_slice(body).map_err(|e| DecodeError::new(format!("invalid JSON: {e}")))?;
-    let list = v
-        .get("responseList")
-        .and_then(Value::as_array)
-        .ok_or_else(|| DecodeError::new("expected {\"responseList\": [...]}"))?;
-    list.iter()
-        .map(|r| {
-            let status_code = r
-                .get("statusCode")
-                .and_then(Value::as_u64)
-                .and_then(|c| u16::try_from(c).ok())
-                .ok_or_else(|| DecodeError::new("a response item needs a statusCode"))?;
-            let entity = match r.get("responseEntity") {
-                None | Some(Value::Null) => None,
-                Some(v) => Some(json::instance_from_value(v, now)?.0),
-            };
-            Ok(PeerResponse { status_code, entity })
+/// One item of a peer's answer.
+#[derive(Clone)]
+struct ResponseSeed(i64);
+
+impl<'de> DeserializeSeed<'de> for ResponseSeed {
+    type Value = Result<PeerResponse, String>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+const NO_STATUS_CODE: &str = "a response item needs a statusCode";
+
+impl<'de> Visitor<'de> for ResponseSeed {
+    type Value = Result<PeerResponse, String>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a response item")
+    }
+    json::scalar_visits!(|_, _| Err(NO_STATUS_CODE.to_string()));
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Err(NO_STATUS_CODE.into()))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut status_code = None;
+        let mut entity = None;
+        while let Some(key) = map.next_key::<json::Key<'_>>()? {
+            match key.0 {
+                "statusCode" => {
+                    status_code = match map.next_value_seed(json::ScalarSeed)? {
+                        Scalar::Int(i) => u64::try_from(i).ok(),
+                        Scalar::UInt(u) => Some(u),
+                        _ => None,
+                    }
+                }
+                "responseEntity" => {
+                    let seed = json::NullOr(InstanceSeed {
+                        now: self.0,
+                        limits: InstanceLimits::UNLIMITED,
+                    });
+                    entity = map.next_value_seed(seed)?;
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        let Some(status_code) = status_code.and_then(|c| u16::try_from(c).ok()) else {
+            return Ok(Err(NO_STATUS_CODE.into()));
+        };
+        Ok(match entity.transpose() {
+            Ok(entity) => Ok(PeerResponse {
+                status_code,
+                entity: entity.map(|d| d.info),
+            }),
+            Err(e) => Err(e),
         })
-        .collect()
+    }
+}
+
+pub fn decode_response(body: &[u8], now: i64) -> Result<Vec<PeerResponse>, DecodeError> {
+    match json::decode(Input::Bytes(body), ListSeed("responseList", ResponseSeed(now)))? {
+        Some(Ok(items)) => Ok(items),
+        Some(Err((_, e))) => Err(DecodeError::new(e)),
+        None => Err(DecodeError::new("expected {\"responseList\": [...]}")),
+    }
 }

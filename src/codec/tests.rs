@@ -7,6 +7,7 @@ use super::*;
 use crate::registry::{
     Action, Replication,
     instance::{ActionType, DataCenterName, LeaseTerms, PortInfo, Status},
+    limits::{InstanceLimits, LimitExceeded},
     view::{AppView, AppsView, InstanceView, LeaseView, Origin},
 };
 
@@ -158,7 +159,7 @@ fn xml_escapes_text_and_codes_metadata_names() {
         out.contains("<metadata><a__b>x&lt;y &amp; z</a__b><_-cost>1</_-cost></metadata>"),
         "{out}"
     );
-    let (back, _) = xml::instance_from_element(&xml::parse(&out).unwrap(), 0).unwrap();
+    let back = decode_registration(out.as_bytes(), Format::Xml, 0).unwrap().info;
     assert_eq!(back.metadata.get("a_b"), Some("x<y & z"));
     assert_eq!(back.metadata.get("$cost"), Some("1"));
 }
@@ -390,21 +391,26 @@ fn validation_messages_and_order_follow_java() {
     validate_registration(&reg("h", "1", "A", true), "A").unwrap();
 }
 
+/// The record of a client registering `view`.
+fn register_record(view: &InstanceView) -> Replication {
+    Replication {
+        action: Action::Register,
+        app: "ORDER-SERVICE".into(),
+        id: view.id().into(),
+        last_dirty_timestamp: Some(1),
+        status: Some(Status::Up),
+        overridden_status: None,
+        instance: Some(view.clone()),
+        origin: Origin::Native,
+        writer: crate::registry::Writer::Client,
+    }
+}
+
 #[test]
 fn batch_round_trips_with_java_shapes() {
     let view = sample();
     let items = [
-        Replication {
-            action: Action::Register,
-            app: "ORDER-SERVICE".into(),
-            id: view.id().into(),
-            last_dirty_timestamp: Some(1),
-            status: Some(Status::Up),
-            overridden_status: None,
-            instance: Some(view.clone()),
-            origin: Origin::Native,
-            writer: crate::registry::Writer::Client,
-        },
+        register_record(&view),
         Replication {
             action: Action::Heartbeat,
             app: "ORDER-SERVICE".into(),
@@ -473,4 +479,215 @@ fn a_repeated_xml_metadata_key_keeps_its_place_and_takes_the_last_value() {
     let reg = decode_registration(body, Format::Xml, 0).unwrap();
     let pairs: Vec<_> = reg.info.metadata.iter().collect();
     assert_eq!(pairs, [("zone", "b"), ("lang", "rust")]);
+}
+
+#[test]
+fn metadata_names_are_coded_as_the_java_server_codes_them() {
+    // Captured from the Spring Cloud Netflix Eureka server (the test peer) after
+    // `PUT .../metadata?a%20b=1&x%3E%3Cevil%2F=2&1num=3&u_s%20p=4&ctl%01k=v` and a registration
+    // with the key U+1F600.
+    for (key, coded) in [
+        ("a b", "a_.0020b"),
+        ("x><evil/", "x_.003e_.003cevil_.002f"),
+        ("1num", "_.0031num"),
+        ("u_s p", "u__s_.0020p"),
+        ("ctl\u{1}k", "ctl_.0001k"),
+        ("\u{1F600}", "_.d83d_.de00"),
+        ("management.port", "management.port"),
+        ("$cost_x", "_-cost__x"),
+        ("é-ü", "é-ü"),
+        // Java writes `c:d`; a namespace-aware reader refuses the unbound prefix.
+        ("c:d", "c_.003ad"),
+    ] {
+        assert_eq!(xml::encode_name(key), coded, "{key:?}");
+        assert_eq!(xml::decode_name(coded), key, "{coded:?}");
+    }
+    assert_eq!(xml::decode_name("c:d"), "c:d");
+    assert_eq!(xml::decode_name("a_.zz"), "a_.zz", "not a code: kept");
+    assert_eq!(xml::decode_name("_.d83d"), "\u{FFFD}", "a lone surrogate");
+}
+
+fn hostile_view() -> InstanceView {
+    let mut i = (*sample().info).clone();
+    i.host_name = "h\u{1}\r\n\u{FFFF}<&>\"'".into();
+    i.app = "A\u{0}PP".into();
+    i.metadata = [
+        ("a b", "1"),
+        ("x><evil/", "<evil/>"),
+        ("1num", "v\u{1}v"),
+        ("c:d", "a\rb"),
+        ("\u{1F600}", "emoji"),
+        ("-", ""),
+        ("ok", "]]>"),
+    ]
+    .into_iter()
+    .collect();
+    InstanceView {
+        info: Arc::new(i),
+        ..sample()
+    }
+}
+
+#[test]
+fn every_xml_document_is_well_formed_whatever_is_stored() {
+    let view = hostile_view();
+    let app = AppView {
+        name: "A\u{0}PP<".into(),
+        instances: vec![view.clone()],
+    };
+    let apps = AppsView {
+        versions_delta: 1,
+        apps_hashcode: "UP_1_".into(),
+        apps: vec![app.clone()],
+    };
+    let docs = [
+        xml::instance_document(&view),
+        xml::application(&app),
+        xml::applications(&apps),
+        encode_apps_from_fragments(1, "UP_1_", &[&xml::application(&app)], Format::Xml),
+    ];
+    for doc in &docs {
+        let text = String::from_utf8(doc.clone()).unwrap();
+        roxmltree::Document::parse(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    }
+    let back = decode_registration(&docs[0], Format::Xml, 0).unwrap().info;
+    assert_eq!(back.metadata.get("a b"), Some("1"));
+    assert_eq!(back.metadata.get("x><evil/"), Some("<evil/>"));
+    assert_eq!(back.metadata.get("c:d"), Some("a\rb"), "a carriage return survives");
+    assert_eq!(back.metadata.get("\u{1F600}"), Some("emoji"));
+    assert_eq!(
+        back.metadata.get("1num"),
+        Some("v\u{FFFD}v"),
+        "XML 1.0 cannot carry U+0001"
+    );
+    assert_eq!(back.host_name, "h\u{FFFD}\r\n\u{FFFD}<&>\"'");
+}
+
+#[test]
+fn empty_metadata_keys_are_never_written() {
+    let mut i = (*sample().info).clone();
+    i.metadata = [("", "x"), ("k", "v")].into_iter().collect();
+    let out = String::from_utf8(xml::instance_document(&InstanceView {
+        info: Arc::new(i),
+        ..sample()
+    }))
+    .unwrap();
+    assert!(out.contains("<metadata><k>v</k></metadata>"), "{out}");
+}
+
+fn limits(keys: usize, bytes: usize) -> InstanceLimits {
+    InstanceLimits {
+        max_metadata_keys: keys,
+        max_bytes: bytes,
+    }
+}
+
+fn registration_with_metadata(format: Format, n: usize) -> Vec<u8> {
+    let mut i = (*sample().info).clone();
+    i.metadata = (0..n).map(|k| (format!("k{k}"), "v")).collect();
+    encode_instance(
+        &InstanceView {
+            info: Arc::new(i),
+            ..sample()
+        },
+        format,
+    )
+}
+
+#[test]
+fn caps_apply_while_decoding() {
+    for format in [Format::Json, Format::Xml] {
+        let body = registration_with_metadata(format, 50);
+        let ok = decode_registration_from(Input::Bytes(&body), Some(format), 0, limits(50, 10_000));
+        assert_eq!(ok.unwrap().info.metadata.len(), 50);
+        let err = decode_registration_from(Input::Bytes(&body), Some(format), 0, limits(49, 10_000)).unwrap_err();
+        assert_eq!(
+            err,
+            RegistrationError::OverLimit(LimitExceeded::MetadataKeys { limit: 49 })
+        );
+        let err = decode_registration_from(Input::Bytes(&body), Some(format), 0, limits(50, 300)).unwrap_err();
+        assert_eq!(
+            err,
+            RegistrationError::OverLimit(LimitExceeded::InstanceBytes { limit: 300 })
+        );
+    }
+    // An empty key cannot be an XML element; in JSON it is refused, as no XML reader could get it.
+    let body = String::from_utf8(registration_with_metadata(Format::Json, 5))
+        .unwrap()
+        .replacen("k0", "", 1);
+    let err = decode_registration_from(Input::Bytes(body.as_bytes()), Some(Format::Json), 0, limits(50, 10_000));
+    assert_eq!(
+        err.unwrap_err(),
+        RegistrationError::OverLimit(LimitExceeded::EmptyMetadataKey)
+    );
+}
+
+#[test]
+fn streams_decode_as_bytes_do_and_the_format_is_sniffed() {
+    for format in [Format::Json, Format::Xml] {
+        let mut body = b" \n\t ".to_vec();
+        body.extend(registration_with_metadata(format, 20));
+        let from_bytes = decode_registration_from(Input::Bytes(&body), None, 5, InstanceLimits::default()).unwrap();
+        // A reader that hands out one byte at a time, the worst case for a streaming decoder.
+        struct Trickle<'a>(&'a [u8]);
+        impl std::io::Read for Trickle<'_> {
+            fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+                let n = self.0.len().min(out.len()).min(1);
+                out[..n].copy_from_slice(&self.0[..n]);
+                self.0 = &self.0[n..];
+                Ok(n)
+            }
+        }
+        let mut stream = std::io::BufReader::with_capacity(1, Trickle(&body));
+        let from_stream = decode_registration_from(Input::Stream(&mut stream), None, 5, InstanceLimits::default());
+        assert_eq!(from_stream.unwrap(), from_bytes, "{format:?}");
+    }
+}
+
+#[test]
+fn unknown_values_are_skipped_whatever_their_size_or_shape() {
+    let bomb = format!(
+        r#"{{"instance":{{"hostName":"h","junk":[{}0],"nested":{{"a":[{{"b":[1,2,{{"c":null}}]}}]}},"app":"A","ipAddr":"1","dataCenterInfo":{{"@class":"x","name":"MyOwn"}}}}}}"#,
+        "0,".repeat(500_000)
+    );
+    let reg = decode_registration(bomb.as_bytes(), Format::Json, 0).unwrap();
+    assert_eq!((reg.info.host_name.as_str(), reg.info.app.as_str()), ("h", "A"));
+    let xml = format!(
+        "<instance><hostName>h</hostName><junk>{}</junk><app>a</app></instance>",
+        "<a x=\"1\"><b>text</b></a>".repeat(50_000)
+    );
+    let reg = decode_registration(xml.as_bytes(), Format::Xml, 0).unwrap();
+    assert_eq!((reg.info.host_name.as_str(), reg.info.app.as_str()), ("h", "A"));
+}
+
+#[test]
+fn an_oversized_instance_in_a_batch_fails_only_its_item() {
+    let mut i = (*sample().info).clone();
+    i.metadata = (0..10).map(|k| (format!("k{k}"), "v")).collect();
+    let view = InstanceView {
+        info: Arc::new(i),
+        ..sample()
+    };
+    let register = register_record(&view);
+    let cancel = Replication {
+        action: Action::Cancel,
+        instance: None,
+        ..register.clone()
+    };
+    let body = batch::encode_list(&[&register, &cancel]);
+    let items = batch::decode_list_from(Input::Bytes(&body), 0, limits(5, 10_000)).unwrap();
+    assert_eq!(items.len(), 2);
+    assert_eq!(items[0].instance, None);
+    assert_eq!(items[0].over_limit, Some(LimitExceeded::MetadataKeys { limit: 5 }));
+    assert_eq!(items[1].action, Action::Cancel);
+    let items = batch::decode_list_from(Input::Bytes(&body), 0, limits(10, 10_000)).unwrap();
+    assert_eq!(items[0].instance.as_ref().unwrap().metadata.len(), 10);
+}
+
+#[test]
+fn json_metadata_keeps_the_order_it_was_sent_in() {
+    let body = br#"{"instance":{"hostName":"h","metadata":{"zeta":"1","alpha":"2","mid":3,"alpha":"4"}}}"#;
+    let reg = decode_registration(body, Format::Json, 0).unwrap();
+    let pairs: Vec<_> = reg.info.metadata.iter().collect();
+    assert_eq!(pairs, [("zeta", "1"), ("alpha", "4"), ("mid", "3")]);
 }

@@ -1,68 +1,134 @@
 //! XML as the Java server writes and reads it (XStream with Eureka's converters): `<applications>`,
 //! `<application>`, `<instance>` documents without an XML declaration, `<port enabled="true">`,
 //! the `class` markers, the lowercase `<overriddenstatus>`, and XStream's name coding of metadata
-//! keys (`_` → `__`, `$` → `_-`).
+//! keys (`_` → `__`, `$` → `_-`, any other character an XML name cannot hold → `_.` and its four
+//! hex digits).
 //!
-//! Reading goes through a small, bounded element tree: documents with a DTD are refused (so no
-//! entity can be declared), only the predefined and numeric character references are resolved.
+//! Every document written is well-formed whatever is stored. Metadata keys are name-coded as the
+//! Java server codes them (`a b` → `a_.0020b`, `x><evil/` → `x_.003e_.003cevil_.002f`, `1a` →
+//! `_.0031a`, an emoji → its surrogate pair `_.d83d_.de00`), except that ours also codes `:`
+//! (`_.003a`), which Java writes as is and namespace-aware readers (Python's ElementTree, so
+//! py-eureka-client) refuse as an unbound prefix; XStream decodes both. Characters XML 1.0 cannot
+//! carry become U+FFFD (Java writes `&#x1;`, which no XML 1.0 parser accepts), and a carriage
+//! return is written as `&#xd;`, as Java does, so it survives. An empty key cannot be named (Java
+//! writes `<>`), so it is never stored (see `registry::limits`) and never written.
+//!
+//! Reading is a streaming pull over the document: known elements are read as they come, unknown
+//! ones are skipped without being kept, so memory stays proportional to what is kept. Documents
+//! with a DTD are refused (so no entity can be declared), only the predefined and numeric
+//! character references are resolved, and nesting is bounded.
 
-use quick_xml::events::Event;
+use std::io::BufRead;
 
-use super::{DataCenter, DecodeError};
+use quick_xml::events::{BytesStart, Event};
+
+use super::{DataCenter, DecodeError, Input};
 use crate::registry::{
     instance::{ActionType, DataCenterInfo, DataCenterName, InstanceInfo, LeaseTerms, Metadata, PortInfo, Status},
+    limits::{InstanceLimits, LimitExceeded},
     view::{AppView, AppsView, InstanceView},
 };
 
 // === writing ===
 
-fn escape_into(out: &mut Vec<u8>, s: &str) {
-    for b in s.bytes() {
-        match b {
-            b'&' => out.extend_from_slice(b"&amp;"),
-            b'<' => out.extend_from_slice(b"&lt;"),
-            b'>' => out.extend_from_slice(b"&gt;"),
-            b'"' => out.extend_from_slice(b"&quot;"),
-            b'\'' => out.extend_from_slice(b"&apos;"),
-            _ => out.push(b),
-        }
-    }
+/// Whether XML 1.0 can carry `c` at all (its `Char` production).
+pub(crate) fn is_xml_char(c: char) -> bool {
+    matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..='\u{10FFFF}')
 }
 
-/// XStream's `XmlFriendlyNameCoder` with Eureka's defaults: `_` → `__`, `$` → `_-`.
+fn escape_into(out: &mut Vec<u8>, s: &str) {
+    let special = |c: char| matches!(c, '&' | '<' | '>' | '"' | '\'' | '\r') || !is_xml_char(c);
+    let mut rest = s;
+    while let Some(i) = rest.find(special) {
+        out.extend_from_slice(&rest.as_bytes()[..i]);
+        let c = rest[i..].chars().next().unwrap_or('\u{FFFD}');
+        match c {
+            '&' => out.extend_from_slice(b"&amp;"),
+            '<' => out.extend_from_slice(b"&lt;"),
+            '>' => out.extend_from_slice(b"&gt;"),
+            '"' => out.extend_from_slice(b"&quot;"),
+            '\'' => out.extend_from_slice(b"&apos;"),
+            '\r' => out.extend_from_slice(b"&#xd;"),
+            _ => out.extend_from_slice("\u{FFFD}".as_bytes()),
+        }
+        rest = &rest[i + c.len_utf8()..];
+    }
+    out.extend_from_slice(rest.as_bytes());
+}
+
+/// `s` as XML text or attribute value, for other modules that write XML.
+pub fn escape(s: &str) -> String {
+    let mut out = Vec::with_capacity(s.len());
+    escape_into(&mut out, s);
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// XML 1.0's `NameStartChar` as XStream's coder applies it to Java's UTF-16 code units (so a
+/// character outside the Basic Multilingual Plane is coded, as its surrogate pair), without `:`,
+/// which namespace-aware readers take for a prefix separator.
+fn is_name_start(c: char) -> bool {
+    matches!(c,
+        'A'..='Z' | 'a'..='z' | '_' | '\u{C0}'..='\u{D6}' | '\u{D8}'..='\u{F6}' | '\u{F8}'..='\u{2FF}'
+        | '\u{370}'..='\u{37D}' | '\u{37F}'..='\u{1FFF}' | '\u{200C}'..='\u{200D}' | '\u{2070}'..='\u{218F}'
+        | '\u{2C00}'..='\u{2FEF}' | '\u{3001}'..='\u{D7FF}' | '\u{F900}'..='\u{FDCF}' | '\u{FDF0}'..='\u{FFFD}')
+}
+
+fn is_name_char(c: char) -> bool {
+    is_name_start(c) || matches!(c, '-' | '.' | '0'..='9' | '\u{B7}' | '\u{300}'..='\u{36F}' | '\u{203F}'..='\u{2040}')
+}
+
+/// XStream's `XmlFriendlyNameCoder` with Eureka's settings: `_` → `__`, `$` → `_-`, and every
+/// character a name cannot hold at its place → `_.` and its UTF-16 code unit(s) in four hex
+/// digits, which XStream's decoder turns back into the key. Well-formed for any non-empty key.
 pub fn encode_name(name: &str) -> String {
     let mut out = String::with_capacity(name.len());
-    for c in name.chars() {
+    for (i, c) in name.chars().enumerate() {
         match c {
             '_' => out.push_str("__"),
             '$' => out.push_str("_-"),
-            c => out.push(c),
+            c if (i == 0 && is_name_start(c)) || (i > 0 && is_name_char(c)) => out.push(c),
+            c => {
+                let mut units = [0u16; 2];
+                for unit in c.encode_utf16(&mut units) {
+                    out.push_str(&format!("_.{unit:04x}"));
+                }
+            }
         }
     }
     out
 }
 
-/// The inverse of [`encode_name`].
+/// The inverse of [`encode_name`] (and of XStream's coder).
 pub fn decode_name(name: &str) -> String {
     let mut out = String::with_capacity(name.len());
-    let mut chars = name.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c == '_' {
-            match chars.peek() {
-                Some('_') => {
-                    chars.next();
-                    out.push('_');
-                }
-                Some('-') => {
-                    chars.next();
-                    out.push('$');
-                }
-                _ => out.push('_'),
-            }
+    let mut units: Vec<u16> = Vec::new();
+    let flush = |units: &mut Vec<u16>, out: &mut String| {
+        out.extend(char::decode_utf16(units.drain(..)).map(|r| r.unwrap_or('\u{FFFD}')));
+    };
+    let mut rest = name;
+    while let Some(c) = rest.chars().next() {
+        let hex = rest.strip_prefix("_.").and_then(|r| r.get(..4));
+        if let Some(unit) = hex
+            .filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
+            .and_then(|h| u16::from_str_radix(h, 16).ok())
+        {
+            units.push(unit);
+            rest = &rest[6..];
+            continue;
+        }
+        flush(&mut units, &mut out);
+        if let Some(r) = rest.strip_prefix("_-") {
+            out.push('$');
+            rest = r;
+        } else if let Some(r) = rest.strip_prefix("__") {
+            out.push('_');
+            rest = r;
         } else {
             out.push(c);
+            rest = &rest[c.len_utf8()..];
         }
     }
+    flush(&mut units, &mut out);
     out
 }
 
@@ -92,7 +158,7 @@ fn metadata(out: &mut Vec<u8>, m: &Metadata) {
         return;
     }
     out.extend_from_slice(b"<metadata>");
-    for (k, v) in m.iter() {
+    for (k, v) in m.iter().filter(|(k, _)| !k.is_empty()) {
         element(out, &encode_name(k), v);
     }
     out.extend_from_slice(b"</metadata>");
@@ -197,32 +263,46 @@ pub fn instance_document(view: &InstanceView) -> Vec<u8> {
 
 // === reading ===
 
-/// Bounds on what a request document may contain.
+/// Elements nested deeper than this are refused.
 const MAX_DEPTH: usize = 16;
-const MAX_ELEMENTS: usize = 10_000;
 
-/// A parsed element: name, attributes, text and children.
-#[derive(Debug, Default, Clone, PartialEq)]
-pub struct Element {
-    pub name: String,
-    pub attributes: Vec<(String, String)>,
-    pub text: String,
-    pub children: Vec<Element>,
+/// What the pull returns: elements opening and closing (an empty element is both), and the end.
+/// Text is handed to the caller that asks for it, and dropped otherwise.
+enum Node {
+    Open { name: String, enabled: Option<String> },
+    Close,
 }
 
-impl Element {
-    pub fn attribute(&self, name: &str) -> Option<&str> {
-        self.attributes.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
-    }
+fn unclosed() -> DecodeError {
+    DecodeError::new("invalid XML: unclosed element")
+}
 
-    pub fn child(&self, name: &str) -> Option<&Element> {
-        self.children.iter().find(|c| c.name == name)
-    }
+/// A streaming pull over one document.
+struct Pull<R: BufRead> {
+    reader: quick_xml::Reader<R>,
+    buf: Vec<u8>,
+    /// Elements open now.
+    depth: usize,
+    /// Whether the root element has closed.
+    done: bool,
+}
 
-    /// Trimmed text.
-    pub fn value(&self) -> &str {
-        self.text.trim()
+/// An element's name, and its `enabled` attribute (the only one read); every attribute is checked.
+fn open(e: &BytesStart<'_>) -> Result<Node, DecodeError> {
+    let mut enabled = None;
+    for a in e.attributes() {
+        let a = a.map_err(|err| DecodeError::new(format!("invalid XML attribute: {err}")))?;
+        let value = a
+            .normalized_value(quick_xml::XmlVersion::Implicit1_0)
+            .map_err(|err| DecodeError::new(format!("invalid XML attribute value: {err}")))?;
+        if a.key.0 == "enabled" && enabled.is_none() {
+            enabled = Some(value.into_owned());
+        }
     }
+    Ok(Node::Open {
+        name: e.name().0.to_string(),
+        enabled,
+    })
 }
 
 fn resolve_entity(name: &str) -> Option<char> {
@@ -236,206 +316,314 @@ fn resolve_entity(name: &str) -> Option<char> {
     })
 }
 
-fn open(e: &quick_xml::events::BytesStart<'_>) -> Result<Element, DecodeError> {
-    let name = e.name().0.to_string();
-    let mut attributes = Vec::new();
-    for a in e.attributes() {
-        let a = a.map_err(|err| DecodeError::new(format!("invalid XML attribute: {err}")))?;
-        let key = a.key.0.to_string();
-        let value = a
-            .normalized_value(quick_xml::XmlVersion::Implicit1_0)
-            .map_err(|err| DecodeError::new(format!("invalid XML attribute value: {err}")))?
-            .into_owned();
-        attributes.push((key, value));
-    }
-    Ok(Element {
-        name,
-        attributes,
-        text: String::new(),
-        children: Vec::new(),
-    })
-}
-
-/// Parses a whole document into its root element.
-pub fn parse(body: &str) -> Result<Element, DecodeError> {
-    let mut reader = quick_xml::Reader::from_str(body);
-    reader.config_mut().check_end_names = true;
-    let mut stack: Vec<Element> = Vec::new();
-    let mut root: Option<Element> = None;
-    let mut count = 0usize;
-    loop {
-        let event = reader
-            .read_event()
-            .map_err(|e| DecodeError::new(format!("invalid XML: {e}")))?;
-        match event {
-            Event::DocType(_) => return Err(DecodeError::new("XML documents with a DTD are not accepted")),
-            Event::Start(e) | Event::Empty(e) if root.is_some() => {
-                let _ = e;
-                return Err(DecodeError::new("invalid XML: content after the root element"));
-            }
-            Event::Start(e) => {
-                count += 1;
-                if stack.len() >= MAX_DEPTH || count > MAX_ELEMENTS {
-                    return Err(DecodeError::new("XML document too deep or too large"));
-                }
-                stack.push(open(&e)?);
-            }
-            Event::Empty(e) => {
-                count += 1;
-                if count > MAX_ELEMENTS {
-                    return Err(DecodeError::new("XML document too large"));
-                }
-                let el = open(&e)?;
-                match stack.last_mut() {
-                    Some(parent) => parent.children.push(el),
-                    None => root = Some(el),
-                }
-            }
-            Event::End(_) => {
-                let el = stack
-                    .pop()
-                    .ok_or_else(|| DecodeError::new("invalid XML: unbalanced end tag"))?;
-                match stack.last_mut() {
-                    Some(parent) => parent.children.push(el),
-                    None => root = Some(el),
-                }
-            }
-            Event::Text(t) => {
-                if let Some(el) = stack.last_mut() {
-                    el.text.push_str(&t.xml10_content());
-                } else if !t.xml10_content().trim().is_empty() {
-                    return Err(DecodeError::new("invalid XML: text outside the root element"));
-                }
-            }
-            Event::CData(t) => {
-                if let Some(el) = stack.last_mut() {
-                    el.text.push_str(&t.xml10_content());
-                }
-            }
-            Event::GeneralRef(r) => {
-                let c = if r.is_char_ref() {
-                    r.resolve_char_ref()
-                        .map_err(|e| DecodeError::new(format!("invalid character reference: {e}")))?
-                } else {
-                    resolve_entity(&r.xml10_content())
-                };
-                let c = c.ok_or_else(|| DecodeError::new(format!("undefined XML entity &{};", r.xml10_content())))?;
-                if let Some(el) = stack.last_mut() {
-                    el.text.push(c);
-                }
-            }
-            Event::Decl(_) | Event::Comment(_) | Event::PI(_) => {}
-            Event::Eof => break,
+impl<R: BufRead> Pull<R> {
+    fn new(input: R) -> Pull<R> {
+        let mut reader = quick_xml::Reader::from_reader(input);
+        let config = reader.config_mut();
+        config.check_end_names = true;
+        config.expand_empty_elements = true;
+        Pull {
+            reader,
+            buf: Vec::new(),
+            depth: 0,
+            done: false,
         }
     }
-    if !stack.is_empty() {
-        return Err(DecodeError::new("invalid XML: unclosed element"));
+
+    /// The next element boundary; character data on the way is appended to `text`, if given.
+    /// `None` at the end of the document.
+    fn next(&mut self, mut text: Option<&mut String>) -> Result<Option<Node>, DecodeError> {
+        loop {
+            self.buf.clear();
+            let event = self
+                .reader
+                .read_event_into(&mut self.buf)
+                .map_err(|e| DecodeError::new(format!("invalid XML: {e}")))?;
+            match event {
+                Event::DocType(_) => return Err(DecodeError::new("XML documents with a DTD are not accepted")),
+                Event::Start(e) | Event::Empty(e) => {
+                    if self.done {
+                        return Err(DecodeError::new("invalid XML: content after the root element"));
+                    }
+                    if self.depth >= MAX_DEPTH {
+                        return Err(DecodeError::new("XML document too deep"));
+                    }
+                    self.depth += 1;
+                    return open(&e).map(Some);
+                }
+                Event::End(_) => {
+                    self.depth = self
+                        .depth
+                        .checked_sub(1)
+                        .ok_or_else(|| DecodeError::new("invalid XML: unbalanced end tag"))?;
+                    self.done = self.depth == 0;
+                    return Ok(Some(Node::Close));
+                }
+                Event::Text(t) => {
+                    let content = t.xml10_content();
+                    if self.depth == 0 {
+                        if !content.trim().is_empty() {
+                            return Err(DecodeError::new("invalid XML: text outside the root element"));
+                        }
+                    } else if let Some(out) = text.as_mut() {
+                        out.push_str(&content);
+                    }
+                }
+                Event::CData(t) => {
+                    if self.depth > 0
+                        && let Some(out) = text.as_mut()
+                    {
+                        out.push_str(&t.xml10_content());
+                    }
+                }
+                Event::GeneralRef(r) => {
+                    let c = if r.is_char_ref() {
+                        r.resolve_char_ref()
+                            .map_err(|e| DecodeError::new(format!("invalid character reference: {e}")))?
+                    } else {
+                        resolve_entity(&r.xml10_content())
+                    };
+                    let c =
+                        c.ok_or_else(|| DecodeError::new(format!("undefined XML entity &{};", r.xml10_content())))?;
+                    if self.depth > 0
+                        && let Some(out) = text.as_mut()
+                    {
+                        out.push(c);
+                    }
+                }
+                Event::Decl(_) | Event::Comment(_) | Event::PI(_) => {}
+                Event::Eof if self.depth > 0 => return Err(unclosed()),
+                Event::Eof => return Ok(None),
+            }
+        }
     }
-    root.ok_or_else(|| DecodeError::new("empty XML document"))
+
+    /// The next child of the element open now: `None` when it closes.
+    fn child(&mut self) -> Result<Option<(String, Option<String>)>, DecodeError> {
+        match self.next(None)? {
+            Some(Node::Open { name, enabled }) => Ok(Some((name, enabled))),
+            Some(Node::Close) => Ok(None),
+            None => Err(unclosed()),
+        }
+    }
+
+    /// Skips the rest of the element open now, keeping nothing.
+    fn skip(&mut self) -> Result<(), DecodeError> {
+        let level = self.depth;
+        while self.depth >= level {
+            if self.next(None)?.is_none() {
+                return Err(unclosed());
+            }
+        }
+        Ok(())
+    }
+
+    /// The text of the element open now (its children's text excluded), up to its end.
+    fn text(&mut self) -> Result<String, DecodeError> {
+        let mut out = String::new();
+        let level = self.depth;
+        while self.depth >= level {
+            let own = (self.depth == level).then_some(&mut out);
+            if self.next(own)?.is_none() {
+                return Err(unclosed());
+            }
+        }
+        Ok(out)
+    }
+
+    /// The root element's name.
+    fn root(&mut self) -> Result<String, DecodeError> {
+        match self.next(None)? {
+            Some(Node::Open { name, .. }) => Ok(name),
+            Some(Node::Close) => Err(DecodeError::new("invalid XML: unbalanced end tag")),
+            None => Err(DecodeError::new("empty XML document")),
+        }
+    }
+
+    /// Checks that nothing but comments and whitespace follows the root element.
+    fn finish(&mut self) -> Result<(), DecodeError> {
+        match self.next(None)? {
+            None => Ok(()),
+            Some(_) => Err(DecodeError::new("invalid XML: content after the root element")),
+        }
+    }
 }
 
-fn int<T: std::str::FromStr>(el: &Element, what: &str) -> Result<T, DecodeError> {
-    el.value()
-        .parse::<T>()
-        .map_err(|_| DecodeError::new(format!("{what} must be a number, got {:?}", el.value())))
+fn int<T: std::str::FromStr>(text: &str, what: &str) -> Result<T, DecodeError> {
+    let v = text.trim();
+    v.parse::<T>()
+        .map_err(|_| DecodeError::new(format!("{what} must be a number, got {v:?}")))
 }
 
-fn metadata_of(el: &Element) -> Metadata {
-    el.children
-        .iter()
-        .map(|c| (decode_name(&c.name), c.text.clone()))
-        .collect()
+/// A `<metadata>` element's entries (names decoded; a repeated key keeps its place and takes the
+/// last value), within the caps: past them, entries are skipped and the cap is reported.
+fn read_metadata<R: BufRead>(
+    p: &mut Pull<R>,
+    limits: InstanceLimits,
+) -> Result<(Metadata, Option<LimitExceeded>), DecodeError> {
+    let mut m = Metadata::new();
+    let mut over = None;
+    while let Some((name, _)) = p.child()? {
+        if over.is_some() {
+            p.skip()?;
+            continue;
+        }
+        let value = p.text()?;
+        m.insert(decode_name(&name), value);
+        if m.len() > limits.max_metadata_keys {
+            over = Some(LimitExceeded::MetadataKeys {
+                limit: limits.max_metadata_keys,
+            });
+        } else if m.bytes() > limits.max_bytes {
+            over = Some(LimitExceeded::InstanceBytes {
+                limit: limits.max_bytes,
+            });
+        }
+        if over.is_some() {
+            m = Metadata::new();
+        }
+    }
+    Ok((m, over))
 }
 
-/// What XStream makes of an `<instance>` element.
-pub fn instance_from_element(el: &Element, now: i64) -> Result<(InstanceInfo, DataCenter), DecodeError> {
-    if el.name != "instance" {
+/// `<dataCenterInfo>`: `None` without a `<name>` (a validation error, not a decode error).
+fn data_center<R: BufRead>(
+    p: &mut Pull<R>,
+    limits: InstanceLimits,
+) -> Result<Option<(DataCenterInfo, Option<LimitExceeded>)>, DecodeError> {
+    let mut name = None;
+    let mut meta = None;
+    while let Some((child, _)) = p.child()? {
+        match child.as_str() {
+            "name" if name.is_none() => name = Some(p.text()?),
+            "metadata" if meta.is_none() => meta = Some(read_metadata(p, limits)?),
+            _ => p.skip()?,
+        }
+    }
+    let Some(name) = name else { return Ok(None) };
+    let name = name.trim();
+    let name = if name.eq_ignore_ascii_case("amazon") {
+        DataCenterName::Amazon
+    } else {
+        DataCenterName::parse_exact(name)
+            .ok_or_else(|| DecodeError::new(format!("unknown dataCenterInfo name {name:?}")))?
+    };
+    let (metadata, over) = match meta {
+        Some(m) if name == DataCenterName::Amazon => m,
+        _ => (Metadata::new(), None),
+    };
+    Ok(Some((DataCenterInfo { name, metadata }, over)))
+}
+
+fn lease<R: BufRead>(p: &mut Pull<R>) -> Result<LeaseTerms, DecodeError> {
+    let mut terms = LeaseTerms {
+        renewal_interval_secs: 0,
+        duration_secs: 0,
+    };
+    while let Some((child, _)) = p.child()? {
+        match child.as_str() {
+            "renewalIntervalInSecs" => terms.renewal_interval_secs = int(&p.text()?, "renewalIntervalInSecs")?,
+            "durationInSecs" => terms.duration_secs = int(&p.text()?, "durationInSecs")?,
+            _ => p.skip()?,
+        }
+    }
+    Ok(terms)
+}
+
+/// What XStream makes of an `<instance>` document.
+fn read_instance<R: BufRead>(
+    mut p: Pull<R>,
+    now: i64,
+    limits: InstanceLimits,
+) -> Result<super::DecodedInstance, DecodeError> {
+    let root = p.root()?;
+    if root != "instance" {
         return Err(DecodeError::new(format!(
-            "expected an <instance> document, got <{}>",
-            el.name
+            "expected an <instance> document, got <{root}>"
         )));
     }
     let mut i = InstanceInfo::new("", "", "", now);
     i.host_name.clear();
-    let mut data_center = DataCenter::Missing;
-    for c in &el.children {
-        let v = || Some(c.text.clone());
-        match c.name.as_str() {
-            "hostName" => i.host_name = c.text.clone(),
-            "instanceId" => i.instance_id = v(),
-            "app" => i.app = c.text.to_ascii_uppercase(),
-            "ipAddr" => i.ip_addr = c.text.clone(),
-            "sid" => i.sid = c.text.clone(),
-            "status" => i.status = Status::parse_lenient(&c.text),
-            "overriddenstatus" | "overriddenStatus" => i.overridden_status = Status::parse_lenient(&c.text),
+    let mut data_center_seen = DataCenter::Missing;
+    let mut over_limit = None;
+    while let Some((child, enabled)) = p.child()? {
+        match child.as_str() {
+            "hostName" => i.host_name = p.text()?,
+            "instanceId" => i.instance_id = Some(p.text()?),
+            "app" => i.app = p.text()?.to_ascii_uppercase(),
+            "ipAddr" => i.ip_addr = p.text()?,
+            "sid" => i.sid = p.text()?,
+            "status" => i.status = Status::parse_lenient(&p.text()?),
+            "overriddenstatus" | "overriddenStatus" => i.overridden_status = Status::parse_lenient(&p.text()?),
             "port" => {
                 i.port = PortInfo {
-                    port: int(c, "port")?,
-                    enabled: c.attribute("enabled") != Some("false"),
+                    port: int(&p.text()?, "port")?,
+                    enabled: enabled.as_deref() != Some("false"),
                 };
             }
             "securePort" => {
                 i.secure_port = PortInfo {
-                    port: int(c, "securePort")?,
-                    enabled: c.attribute("enabled") == Some("true"),
+                    port: int(&p.text()?, "securePort")?,
+                    enabled: enabled.as_deref() == Some("true"),
                 };
             }
-            "countryId" => i.country_id = int(c, "countryId")?,
-            "dataCenterInfo" => {
-                let Some(name) = c.child("name").map(Element::value) else {
-                    data_center = DataCenter::Unnamed;
-                    continue;
-                };
-                let name = if name.eq_ignore_ascii_case("amazon") {
-                    DataCenterName::Amazon
-                } else {
-                    DataCenterName::parse_exact(name)
-                        .ok_or_else(|| DecodeError::new(format!("unknown dataCenterInfo name {name:?}")))?
-                };
-                let metadata = match c.child("metadata") {
-                    Some(m) if name == DataCenterName::Amazon => metadata_of(m),
-                    _ => Metadata::new(),
-                };
-                i.data_center_info = DataCenterInfo { name, metadata };
-                data_center = DataCenter::Named;
-            }
-            "leaseInfo" => {
-                let mut terms = LeaseTerms {
-                    renewal_interval_secs: 0,
-                    duration_secs: 0,
-                };
-                for f in &c.children {
-                    match f.name.as_str() {
-                        "renewalIntervalInSecs" => terms.renewal_interval_secs = int(f, "renewalIntervalInSecs")?,
-                        "durationInSecs" => terms.duration_secs = int(f, "durationInSecs")?,
-                        _ => {}
-                    }
+            "countryId" => i.country_id = int(&p.text()?, "countryId")?,
+            "dataCenterInfo" => match data_center(&mut p, limits)? {
+                Some((dc, over)) => {
+                    i.data_center_info = dc;
+                    data_center_seen = DataCenter::Named;
+                    over_limit = over_limit.or(over);
                 }
-                i.lease = terms;
+                None => data_center_seen = DataCenter::Unnamed,
+            },
+            "leaseInfo" => i.lease = lease(&mut p)?,
+            "metadata" => {
+                let (m, over) = read_metadata(&mut p, limits)?;
+                i.metadata = m;
+                over_limit = over_limit.or(over);
             }
-            "metadata" => i.metadata = metadata_of(c),
             // XStream's @Auto fields swallow parse errors and keep the default.
-            "appGroupName" => i.app_group_name = Some(c.text.to_ascii_uppercase()),
-            "homePageUrl" => i.home_page_url = v(),
-            "statusPageUrl" => i.status_page_url = v(),
-            "healthCheckUrl" => i.health_check_url = v(),
-            "secureHealthCheckUrl" => i.secure_health_check_url = v(),
-            "vipAddress" => i.vip_address = v(),
-            "secureVipAddress" => i.secure_vip_address = v(),
+            "appGroupName" => i.app_group_name = Some(p.text()?.to_ascii_uppercase()),
+            "homePageUrl" => i.home_page_url = Some(p.text()?),
+            "statusPageUrl" => i.status_page_url = Some(p.text()?),
+            "healthCheckUrl" => i.health_check_url = Some(p.text()?),
+            "secureHealthCheckUrl" => i.secure_health_check_url = Some(p.text()?),
+            "vipAddress" => i.vip_address = Some(p.text()?),
+            "secureVipAddress" => i.secure_vip_address = Some(p.text()?),
             "lastUpdatedTimestamp" => {
-                if let Ok(t) = c.value().parse() {
+                if let Ok(t) = p.text()?.trim().parse() {
                     i.last_updated_timestamp = t;
                 }
             }
             "lastDirtyTimestamp" => {
-                if let Ok(t) = c.value().parse() {
+                if let Ok(t) = p.text()?.trim().parse() {
                     i.last_dirty_timestamp = t;
                 }
             }
-            "actionType" => i.action_type = ActionType::parse_exact(c.value()),
-            "asgName" => i.asg_name = v(),
-            _ => {}
+            "actionType" => i.action_type = ActionType::parse_exact(p.text()?.trim()),
+            "asgName" => i.asg_name = Some(p.text()?),
+            _ => p.skip()?,
         }
     }
-    Ok((i, data_center))
+    p.finish()?;
+    if over_limit.is_none() {
+        over_limit = limits.check(&i).err();
+    }
+    Ok(super::DecodedInstance {
+        info: i,
+        data_center: data_center_seen,
+        over_limit,
+    })
+}
+
+/// A registration body: an `<instance>` document.
+pub fn read_instance_document(
+    input: Input<'_>,
+    now: i64,
+    limits: InstanceLimits,
+) -> Result<super::DecodedInstance, DecodeError> {
+    match input {
+        Input::Bytes(b) => read_instance(Pull::new(b), now, limits),
+        Input::Stream(r) => read_instance(Pull::new(r), now, limits),
+    }
 }

@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use futures::StreamExt;
 use k8s_openapi::{
     api::coordination::v1::{Lease, LeaseSpec},
     apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
@@ -119,6 +120,7 @@ pub async fn run(
     let key = format!("{}/{}", cfg.namespace, cfg.name);
     let mut observed: Option<Observed> = None;
     let mut last_renewal: Option<Instant> = None;
+    let mut released = std::pin::pin!(releases(api.clone(), &cfg.name));
     tokio::pin!(shutdown);
     loop {
         let now = Instant::now();
@@ -137,6 +139,10 @@ pub async fn run(
         }
         tokio::select! {
             _ = tokio::time::sleep(cfg.renew_every()) => {}
+            // The holder gave the Lease up (it is shutting down): look at once, take over now.
+            Some(()) = released.next(), if !leading => {
+                tracing::debug!(lease = %key, "the lease was released");
+            }
             _ = &mut shutdown => break,
         }
     }
@@ -145,6 +151,23 @@ pub async fn run(
         release(&api, &cfg, &key).await;
     }
     Ok(())
+}
+
+/// Yields whenever the Lease is seen without a holder (a leader released it on shutdown), so a
+/// follower takes over at once instead of at its next look. Watch errors are retried with backoff
+/// and otherwise ignored: the periodic look still elects a leader without this.
+fn releases(api: Api<Lease>, name: &str) -> impl futures::Stream<Item = ()> + Send + use<> {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    watcher::watcher(api, config)
+        .default_backoff()
+        .applied_objects()
+        .filter_map(|lease| async move {
+            let lease = lease.ok()?;
+            let holder = lease.spec.and_then(|s| s.holder_identity).unwrap_or_default();
+            holder.is_empty().then_some(())
+        })
 }
 
 /// One look at the Lease; `Ok(true)` when we hold it afterwards.

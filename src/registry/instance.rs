@@ -4,7 +4,7 @@
 //! (upper-case app names, defaults for missing fields). Lease timestamps are not part of it: they
 //! live in the registry's lease and are attached when an instance is read.
 
-use std::fmt;
+use std::{fmt, hash::BuildHasher};
 
 /// `InstanceInfo.InstanceStatus`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -197,63 +197,154 @@ impl Default for LeaseTerms {
 }
 
 /// An ordered string map with unique keys (instance metadata keeps the order it was sent in).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Metadata(Vec<(String, String)>);
+///
+/// Lookups and inserts are O(1): past a few entries, positions are indexed by a hash of the key
+/// (SipHash with a per-map random key, so chosen keys cannot collide on purpose). The byte size of
+/// keys and values is kept as entries change, so size caps cost nothing to check.
+#[derive(Clone, Default)]
+pub struct Metadata {
+    pairs: Vec<(String, String)>,
+    index: Option<Box<Index>>,
+    bytes: usize,
+}
 
-impl Metadata {
-    pub fn new() -> Metadata {
-        Metadata(Vec::new())
-    }
+/// Positions in `pairs` by key hash.
+#[derive(Clone)]
+struct Index {
+    hasher: std::hash::RandomState,
+    table: hashbrown::HashTable<usize>,
+}
 
-    pub fn get(&self, key: &str) -> Option<&str> {
-        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
-    }
-
-    /// Sets `key`, replacing an existing value in place.
-    pub fn insert(&mut self, key: impl Into<String>, value: impl Into<String>) {
-        let key = key.into();
-        let value = value.into();
-        match self.0.iter_mut().find(|(k, _)| *k == key) {
-            Some(slot) => slot.1 = value,
-            None => self.0.push((key, value)),
+impl Index {
+    fn build(pairs: &[(String, String)]) -> Box<Index> {
+        let hasher = std::hash::RandomState::new();
+        let mut table = hashbrown::HashTable::with_capacity(pairs.len() * 2);
+        for (i, (k, _)) in pairs.iter().enumerate() {
+            table.insert_unique(hasher.hash_one(k.as_str()), i, |&j| {
+                hasher.hash_one(pairs[j].0.as_str())
+            });
         }
-    }
-
-    pub fn remove(&mut self, key: &str) -> Option<String> {
-        let pos = self.0.iter().position(|(k, _)| k == key)?;
-        Some(self.0.remove(pos).1)
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
+        Box::new(Index { hasher, table })
     }
 }
 
-/// Later values of a repeated key replace earlier ones in place; linear in the number of pairs
-/// (a decoded registration may carry many keys).
+impl Metadata {
+    /// Up to this many entries a linear scan is as fast as hashing.
+    const LINEAR: usize = 8;
+
+    pub fn new() -> Metadata {
+        Metadata::default()
+    }
+
+    fn position(&self, key: &str) -> Option<usize> {
+        match &self.index {
+            Some(index) => index
+                .table
+                .find(index.hasher.hash_one(key), |&i| self.pairs[i].0 == key)
+                .copied(),
+            None => self.pairs.iter().position(|(k, _)| k == key),
+        }
+    }
+
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.position(key).map(|i| self.pairs[i].1.as_str())
+    }
+
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.position(key).is_some()
+    }
+
+    fn push(&mut self, key: String, value: String) {
+        self.bytes += key.len() + value.len();
+        let i = self.pairs.len();
+        self.pairs.push((key, value));
+        let Metadata { pairs, index, .. } = self;
+        match index {
+            Some(index) => {
+                let Index { hasher, table } = &mut **index;
+                table.insert_unique(hasher.hash_one(pairs[i].0.as_str()), i, |&j| {
+                    hasher.hash_one(pairs[j].0.as_str())
+                });
+            }
+            None if pairs.len() > Self::LINEAR => *index = Some(Index::build(pairs)),
+            None => {}
+        }
+    }
+
+    /// Sets `key`, replacing an existing value in place (the last value wins).
+    pub fn insert(&mut self, key: impl Into<String>, value: impl Into<String>) {
+        let key = key.into();
+        let value = value.into();
+        match self.position(&key) {
+            Some(i) => {
+                let slot = &mut self.pairs[i].1;
+                self.bytes = self.bytes - slot.len() + value.len();
+                *slot = value;
+            }
+            None => self.push(key, value),
+        }
+    }
+
+    /// Sets `key` unless it is already there (the first value wins); whether it was set.
+    pub fn insert_first(&mut self, key: impl Into<String>, value: impl Into<String>) -> bool {
+        let key = key.into();
+        if self.position(&key).is_some() {
+            return false;
+        }
+        self.push(key, value.into());
+        true
+    }
+
+    /// Removes `key`, keeping the order of the others (linear: removals are rare).
+    pub fn remove(&mut self, key: &str) -> Option<String> {
+        let pos = self.position(key)?;
+        let (k, v) = self.pairs.remove(pos);
+        self.bytes -= k.len() + v.len();
+        self.index = (self.pairs.len() > Self::LINEAR).then(|| Index::build(&self.pairs));
+        Some(v)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.pairs.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pairs.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.pairs.len()
+    }
+
+    /// Bytes of all keys and values.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+/// Equal when the same pairs are in the same order.
+impl PartialEq for Metadata {
+    fn eq(&self, other: &Self) -> bool {
+        self.pairs == other.pairs
+    }
+}
+
+impl Eq for Metadata {}
+
+impl fmt::Debug for Metadata {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+/// Later values of a repeated key replace earlier ones in place.
 impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for Metadata {
     fn from_iter<T: IntoIterator<Item = (K, V)>>(iter: T) -> Self {
-        let mut pairs: Vec<(String, String)> = Vec::new();
-        let mut position: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+        let mut m = Metadata::new();
         for (k, v) in iter {
-            let (k, v) = (k.into(), v.into());
-            match position.get(&k) {
-                Some(&i) => pairs[i].1 = v,
-                None => {
-                    position.insert(k.clone(), pairs.len());
-                    pairs.push((k, v));
-                }
-            }
+            m.insert(k, v);
         }
-        Metadata(pairs)
+        m
     }
 }
 
@@ -343,6 +434,27 @@ impl InstanceInfo {
         &self.host_name
     }
 
+    /// Bytes of text this instance holds: every string field, metadata keys and values included
+    /// (what `--max-instance-bytes` caps).
+    pub fn text_bytes(&self) -> usize {
+        let opt = |s: &Option<String>| s.as_ref().map_or(0, String::len);
+        self.host_name.len()
+            + self.app.len()
+            + self.ip_addr.len()
+            + self.sid.len()
+            + self.metadata.bytes()
+            + self.data_center_info.metadata.bytes()
+            + opt(&self.instance_id)
+            + opt(&self.app_group_name)
+            + opt(&self.home_page_url)
+            + opt(&self.status_page_url)
+            + opt(&self.health_check_url)
+            + opt(&self.secure_health_check_url)
+            + opt(&self.vip_address)
+            + opt(&self.secure_vip_address)
+            + opt(&self.asg_name)
+    }
+
     /// Whether `vip` is one of this instance's comma-separated VIP addresses (exact match, as Java).
     pub fn has_vip(&self, vip: &str, secure: bool) -> bool {
         let list = if secure {
@@ -363,5 +475,72 @@ impl InstanceInfo {
             ..i.clone()
         };
         strip(self) == strip(other)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_keeps_order_and_indexes_past_a_few_entries() {
+        let mut m = Metadata::new();
+        for i in 0..100 {
+            m.insert(format!("k{i}"), i.to_string());
+        }
+        m.insert("k3", "three");
+        assert_eq!(m.len(), 100);
+        assert_eq!(m.get("k3"), Some("three"));
+        assert_eq!(m.get("k99"), Some("99"));
+        assert_eq!(m.get("nope"), None);
+        assert_eq!(m.iter().nth(3), Some(("k3", "three")), "replaced in place");
+        assert!(!m.insert_first("k5", "later"), "the first value wins");
+        assert_eq!(m.get("k5"), Some("5"));
+        assert!(m.insert_first("new", "x"));
+        assert_eq!(m.remove("k0"), Some("0".into()));
+        assert_eq!(m.get("k1"), Some("1"), "positions follow a removal");
+        assert_eq!(m.get("new"), Some("x"));
+        let bytes: usize = m.iter().map(|(k, v)| k.len() + v.len()).sum();
+        assert_eq!(m.bytes(), bytes);
+        let small: Metadata = [("a", "1"), ("b", "2"), ("a", "3")].into_iter().collect();
+        assert_eq!(small.iter().collect::<Vec<_>>(), [("a", "3"), ("b", "2")]);
+        assert_eq!(small.bytes(), 4);
+    }
+
+    #[test]
+    fn metadata_equality_is_ordered_and_ignores_the_index() {
+        let a: Metadata = (0..20).map(|i| (format!("k{i}"), "v")).collect();
+        let b: Metadata = (0..20).map(|i| (format!("k{i}"), "v")).collect();
+        let reversed: Metadata = (0..20).rev().map(|i| (format!("k{i}"), "v")).collect();
+        assert_eq!(a, b);
+        assert_ne!(a, reversed);
+        assert_eq!(a.clone(), a);
+    }
+
+    #[test]
+    fn inserting_many_keys_into_a_large_map_is_fast() {
+        // 5k inserts into 100k keys: linear scans would do 5e8 comparisons (seconds); this is
+        // milliseconds even unoptimised.
+        let mut m: Metadata = (0..100_000).map(|i| (format!("key-{i}"), "v")).collect();
+        let started = std::time::Instant::now();
+        for i in 0..5_000 {
+            m.insert(format!("new-{i}"), "v");
+        }
+        assert_eq!(m.len(), 105_000);
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[test]
+    fn text_bytes_counts_every_string() {
+        let mut i = InstanceInfo::new("ab", "host", "ip", 0);
+        let base = i.text_bytes();
+        assert_eq!(base, "AB".len() + "host".len() + "ip".len() + "na".len());
+        i.metadata.insert("k", "vv");
+        i.home_page_url = Some("12345".into());
+        assert_eq!(i.text_bytes(), base + 3 + 5);
     }
 }

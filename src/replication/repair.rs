@@ -114,6 +114,11 @@ pub fn plan(ours: &HashMap<Key, Renewal>, theirs: &[HashMap<Key, Renewal>], now:
     repairs
 }
 
+/// The instance `key` of a fetched registry.
+fn instance_of<'a>(fetched: &'a Fetched, key: &Key) -> Option<&'a InstanceInfo> {
+    fetched.instances.iter().find(|i| i.app == key.0 && i.id() == key.1)
+}
+
 impl Replicator {
     /// Runs the leader's jobs until shutdown.
     pub async fn run_leader_jobs(self: Arc<Self>, health: Arc<Health>, shutdown: Shutdown) -> anyhow::Result<()> {
@@ -257,12 +262,7 @@ impl Replicator {
             count("registered_on_peer", keys.len());
         }
         for (key, n) in &repairs.take {
-            let Some(info) = fetched[*n]
-                .1
-                .instances
-                .iter()
-                .find(|i| i.app == key.0 && i.id() == key.1)
-            else {
+            let Some(info) = instance_of(&fetched[*n].1, key) else {
                 continue;
             };
             let q = fetched[*n].0;
@@ -292,12 +292,7 @@ impl Replicator {
         for (n, keys) in &repairs.cancel {
             let q = fetched[*n].0;
             for key in keys {
-                let Some(info) = fetched[*n]
-                    .1
-                    .instances
-                    .iter()
-                    .find(|i| i.app == key.0 && i.id() == key.1)
-                else {
+                let Some(info) = instance_of(&fetched[*n].1, key) else {
                     continue;
                 };
                 tracing::info!(peer = %q.url.display(), id = %key.1, "cancelled an instance a replica kept after a partition; no replica saw it renew");

@@ -42,6 +42,7 @@ fn app_full(disable_delta: bool, access: Option<Access>, health: Arc<Health>) ->
         metrics: Metrics::new(),
         health,
         max_body: 64 * 1024,
+        input: Default::default(),
         started_at: clock.now_ms(),
         environment: "test".into(),
         peers,

@@ -161,6 +161,13 @@ impl Drop for Proc {
     }
 }
 
+/// The resident memory (`VmRSS`) of process `pid` in KiB, from `/proc`.
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// A TCP port that was free on `ip` a moment ago.
 pub fn free_port(ip: Ipv4Addr) -> u16 {
     TcpListener::bind((ip, 0))
