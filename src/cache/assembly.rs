@@ -19,8 +19,10 @@
 //! Lease timestamps (`leaseInfo`) in an unchanged application's fragment are those of the
 //! moment its view was taken. Fragments older than [`REFRESH_AFTER`] are taken again in the
 //! background, a bounded number of instances per build ([`REFRESH_BUDGET`]), so while fetches
-//! keep coming they are at most about [`FRAGMENT_MAX_AGE`] old (Java's read-only cache serves
-//! them up to 30 s old too, and its read-write cache up to 180 s).
+//! keep coming they are at most about [`FRAGMENT_MAX_AGE`] old: the bound of Java's server,
+//! whose read-write cache keeps an unchanged payload for `responseCacheAutoExpirationInSeconds`
+//! (180 s). Refreshing sooner would re-encode the whole registry every few seconds at 50k
+//! instances for timestamps no client acts on.
 
 use std::{
     collections::BTreeMap,
@@ -45,10 +47,10 @@ use crate::{
 };
 
 /// Fragments whose view is older than this are taken again in the background.
-pub const REFRESH_AFTER: Duration = Duration::from_secs(15);
+pub const REFRESH_AFTER: Duration = Duration::from_secs(150);
 
 /// What the lease timestamps in a fetched payload stay under while fetches keep coming.
-pub const FRAGMENT_MAX_AGE: Duration = Duration::from_secs(30);
+pub const FRAGMENT_MAX_AGE: Duration = super::MAX_AGE;
 
 /// Instances whose fragments one build refreshes for age (about 1-2 ms of encoding), on top of
 /// those that changed.
