@@ -171,7 +171,11 @@ impl Fixture {
         // Every instance whose index falls on the share's stride is replaced, so the storm touches
         // every application (the hardest case for per-application caches).
         let replaced = ((n as f64) * storm_share).round() as usize;
-        let stride = if replaced == 0 { usize::MAX } else { (n / replaced).max(1) };
+        let stride = if replaced == 0 {
+            usize::MAX
+        } else {
+            (n / replaced).max(1)
+        };
         let successors = (0..n)
             .filter(|i| i % stride == 0)
             .take(replaced)
@@ -289,7 +293,11 @@ impl Load {
                 )
             }),
             clear_urls: inst(&|i| format!("{base}apps/{}/{}/status?value=UP&lastDirtyTimestamp={ldt}", i.app, i.id)),
-            successor_urls: fx.successors.iter().map(|(_, s)| format!("{base}apps/{}", s.app)).collect(),
+            successor_urls: fx
+                .successors
+                .iter()
+                .map(|(_, s)| format!("{base}apps/{}", s.app))
+                .collect(),
             cancel_urls: fx
                 .successors
                 .iter()
@@ -1089,8 +1097,18 @@ async fn deploy_storm(load: &Arc<Load>, pid: u32, s: &Settings, out: &mut Result
         hb.lat_us.len(),
         delta.lat_us.len()
     ));
-    out.add(format!("{phase}: delta fetch p50 (ms)"), delta.pct(50.0), 2, Better::Lower);
-    out.add(format!("{phase}: delta fetch p99 (ms)"), delta.pct(99.0), 2, Better::Lower);
+    out.add(
+        format!("{phase}: delta fetch p50 (ms)"),
+        delta.pct(50.0),
+        2,
+        Better::Lower,
+    );
+    out.add(
+        format!("{phase}: delta fetch p99 (ms)"),
+        delta.pct(99.0),
+        2,
+        Better::Lower,
+    );
     out.add(
         format!("{phase}: delta bytes on the wire per fetch (gzip)"),
         delta.bytes as f64 / delta.ok.max(1) as f64,

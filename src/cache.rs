@@ -91,10 +91,7 @@ impl Body for PiecesBody {
     type Data = Bytes;
     type Error = std::convert::Infallible;
 
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+    fn poll_frame(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         while let Some(part) = self.parts.get(self.next).cloned() {
             self.next += 1;
             if !part.is_empty() {

@@ -164,8 +164,12 @@ impl AppState {
                                 Some(view) => codec::encode_app(&view, format),
                                 None => Vec::new(),
                             },
-                            Key::Vip(vip) => codec::encode_apps(&state.with_registry(|r, _| r.vip_view(&vip, false)), format),
-                            Key::Svip(vip) => codec::encode_apps(&state.with_registry(|r, _| r.vip_view(&vip, true)), format),
+                            Key::Vip(vip) => {
+                                codec::encode_apps(&state.with_registry(|r, _| r.vip_view(&vip, false)), format)
+                            }
+                            Key::Svip(vip) => {
+                                codec::encode_apps(&state.with_registry(|r, _| r.vip_view(&vip, true)), format)
+                            }
                             Key::Full | Key::Delta => Vec::new(),
                         }
                     })

@@ -353,7 +353,13 @@ impl Assembled {
         };
         fragments.built = snapshot.version;
         self.apply(fragments, snapshot.views, keep_text);
-        self.assemble(fragments, snapshot.version, snapshot.versions_delta, &snapshot.hashcode, keep_text)
+        self.assemble(
+            fragments,
+            snapshot.version,
+            snapshot.versions_delta,
+            &snapshot.hashcode,
+            keep_text,
+        )
     }
 
     /// Encodes fresh views into fragments (outside the registry lock), dropping those of
@@ -688,9 +694,16 @@ mod tests {
         s.register("APP", "app-1", T0);
         let a = Assembled::new(Kind::Full, Format::Json);
         let p = a.build_now(&s).unwrap();
-        assert!(p.identity.get().is_none(), "gzip only until a reader wants the identity form");
+        assert!(
+            p.identity.get().is_none(),
+            "gzip only until a reader wants the identity form"
+        );
         let text = p.identity().to_vec();
-        assert_eq!(text, s.expected(Kind::Full, Format::Json), "inflated from the gzip form");
+        assert_eq!(
+            text,
+            s.expected(Kind::Full, Format::Json),
+            "inflated from the gzip form"
+        );
         s.register("APP", "app-2", T0);
         let p = a.build_now(&s).unwrap();
         assert_eq!(

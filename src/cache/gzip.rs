@@ -98,7 +98,9 @@ pub fn deflate(data: &[u8], level: u32) -> Vec<u8> {
         if out.capacity() - out.len() < 64 {
             out.reserve(out.capacity().max(1024));
         }
-        let consumed = usize::try_from(compress.total_in()).unwrap_or(usize::MAX).min(data.len());
+        let consumed = usize::try_from(compress.total_in())
+            .unwrap_or(usize::MAX)
+            .min(data.len());
         if compress
             .compress_vec(&data[consumed..], &mut out, flate2::FlushCompress::Sync)
             .is_err()

@@ -231,7 +231,10 @@ mod tests {
         let touched = log.prune(2_500).unwrap();
         log.pruned_at(9_000, 5_000, 7, touched);
         assert_eq!(names(log.delta_apps_changed_since(4)), None);
-        assert_eq!(names(log.delta_apps_changed_since(5)), Some(vec!["B".into(), "C".into()]));
+        assert_eq!(
+            names(log.delta_apps_changed_since(5)),
+            Some(vec!["B".into(), "C".into()])
+        );
     }
 
     #[test]
