@@ -171,11 +171,7 @@ impl Fixture {
         // Every instance whose index falls on the share's stride is replaced, so the storm touches
         // every application (the hardest case for per-application caches).
         let replaced = ((n as f64) * storm_share).round() as usize;
-        let stride = if replaced == 0 {
-            usize::MAX
-        } else {
-            (n / replaced).max(1)
-        };
+        let stride = n.checked_div(replaced).map_or(usize::MAX, |s| s.max(1));
         let successors = (0..n)
             .filter(|i| i % stride == 0)
             .take(replaced)

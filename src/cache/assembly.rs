@@ -169,12 +169,15 @@ struct Fragments {
     map: BTreeMap<Arc<str>, Fragment>,
 }
 
+/// Applications' fresh views, with their versions (`None`: the application is gone).
+type Views = Vec<(Arc<str>, Option<(AppView, u64)>)>;
+
 /// A consistent snapshot: what to change, taken under one lock.
 struct Snapshot {
     version: u64,
     versions_delta: i64,
     hashcode: String,
-    views: Vec<(Arc<str>, Option<(AppView, u64)>)>,
+    views: Views,
 }
 
 /// What the first look at the registry found.
@@ -342,7 +345,7 @@ impl Assembled {
                     // Many at once: take them a batch per lock, then look again for what changed
                     // meanwhile (all of it under one lock, so this ends).
                     for batch in names.chunks(BATCH_APPS) {
-                        let views: Vec<(Arc<str>, Option<(AppView, u64)>)> =
+                        let views: Views =
                             source.read(|r| batch.iter().map(|n| (n.clone(), kind.view(r, n))).collect());
                         self.apply(fragments, views, keep_text);
                     }
@@ -364,7 +367,7 @@ impl Assembled {
 
     /// Encodes fresh views into fragments (outside the registry lock), dropping those of
     /// applications that are gone.
-    fn apply(&self, fragments: &mut Fragments, views: Vec<(Arc<str>, Option<(AppView, u64)>)>, keep_text: bool) {
+    fn apply(&self, fragments: &mut Fragments, views: Views, keep_text: bool) {
         let taken = Instant::now();
         for (name, view) in views {
             match view {
