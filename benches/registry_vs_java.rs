@@ -6,11 +6,16 @@
 //! ratio above 1 means ours is better. Absolute figures on a small shared machine are noise; the ratios
 //! against the peer measured minutes apart on the same machine are what to quote.
 //!
-//! Knobs (environment): `EO_BENCH_INSTANCES` (2000), `EO_BENCH_WORKERS` (32), `EO_BENCH_SECS`
-//! (10, per closed-loop phase), `EO_BENCH_WARMUP_SECS` (8), `EO_BENCH_MIXED_SECS` (15),
-//! `EO_BENCH_JAVA_NOCACHE` (1: also run Java with `use-read-only-response-cache=false`),
-//! `EO_BENCH_JVM_FLAGS` (the test harness's fast-start flags), `EO_BENCH_MIXED_RATES`
-//! (`heartbeats,registrations,status,full,delta` per second: `1000,5,5,20,50`).
+//! Knobs (environment): `EO_BENCH_INSTANCES` (2000; a comma-separated list such as
+//! `10000,50000` runs each size in turn, each with fresh servers), `EO_BENCH_WORKERS` (32),
+//! `EO_BENCH_SECS` (10, per closed-loop phase), `EO_BENCH_WARMUP_SECS` (8), `EO_BENCH_MIXED_SECS`
+//! (15), `EO_BENCH_JAVA_NOCACHE` (1: also run Java with `use-read-only-response-cache=false`),
+//! `EO_BENCH_JVM_FLAGS` (`-Xmx2g`: the JVM's normal tiered JIT and a production-like heap;
+//! `EO_BENCH_JVM=c1` takes the test harness's fast-start, C1-only flags instead),
+//! `EO_BENCH_MIXED_RATES` (`heartbeats,registrations,status,full,delta` per second:
+//! `1000,5,5,20,50`), and the deploy storm's `EO_BENCH_STORM_SECS` (60: 0 skips it),
+//! `EO_BENCH_STORM_SHARE` (0.2 of the instances replaced) and `EO_BENCH_STORM_CLIENTS` (1000
+//! clients fetching the delta every 30 s).
 
 #[path = "../tests/it/common"]
 #[allow(dead_code)]
@@ -44,6 +49,8 @@ use serde_json::{Value, json};
 
 /// The JVM flags `JavaServer::start` in tests/common/eureka.rs uses (fast start on 2 cores).
 const HARNESS_JVM_FLAGS: &str = "-Xmx256m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xss512k";
+/// What users run: the JVM's default (tiered, C2) JIT and garbage collector, a 2 GB heap.
+const DEFAULT_JVM_FLAGS: &str = "-Xmx2g";
 const IP: Ipv4Addr = Ipv4Addr::LOCALHOST;
 /// Instances per application (the performance-anchors fixture: apps × 20).
 const PER_APP: usize = 20;
@@ -59,7 +66,10 @@ fn env_or<T: FromStr>(name: &str, default: T) -> T {
         .unwrap_or(default)
 }
 
+#[derive(Clone)]
 struct Settings {
+    /// The sizes to run, one after the other.
+    sizes: Vec<usize>,
     instances: usize,
     workers: usize,
     phase: Duration,
@@ -70,6 +80,9 @@ struct Settings {
     /// Per second: heartbeats, registrations, status changes, full fetches, delta fetches.
     rates: [f64; 5],
     probe_timeout: Duration,
+    storm: Duration,
+    storm_share: f64,
+    storm_clients: f64,
 }
 
 impl Settings {
@@ -77,20 +90,36 @@ impl Settings {
         let rates_text = std::env::var("EO_BENCH_MIXED_RATES").unwrap_or_else(|_| "1000,5,5,20,50".into());
         let parsed: Vec<f64> = rates_text.split(',').filter_map(|r| r.trim().parse().ok()).collect();
         let rates = <[f64; 5]>::try_from(parsed).unwrap_or([1000.0, 5.0, 5.0, 20.0, 50.0]);
+        let sizes: Vec<usize> = std::env::var("EO_BENCH_INSTANCES")
+            .unwrap_or_else(|_| "2000".into())
+            .split(',')
+            .filter_map(|n| n.trim().parse::<usize>().ok())
+            .map(|n| n.max(1))
+            .collect();
+        let sizes = if sizes.is_empty() { vec![2000] } else { sizes };
+        let default_flags = if std::env::var("EO_BENCH_JVM").is_ok_and(|v| v.trim().eq_ignore_ascii_case("c1")) {
+            HARNESS_JVM_FLAGS
+        } else {
+            DEFAULT_JVM_FLAGS
+        };
         Settings {
-            instances: env_or("EO_BENCH_INSTANCES", 2000usize).max(1),
+            instances: sizes[0],
+            sizes,
             workers: env_or("EO_BENCH_WORKERS", 32usize).max(1),
             phase: Duration::from_secs_f64(env_or("EO_BENCH_SECS", 10.0)),
             warmup: Duration::from_secs_f64(env_or("EO_BENCH_WARMUP_SECS", 8.0)),
             mixed: Duration::from_secs_f64(env_or("EO_BENCH_MIXED_SECS", 15.0)),
             java_nocache: env_or("EO_BENCH_JAVA_NOCACHE", 1u8) != 0,
             jvm_flags: std::env::var("EO_BENCH_JVM_FLAGS")
-                .unwrap_or_else(|_| HARNESS_JVM_FLAGS.into())
+                .unwrap_or_else(|_| default_flags.into())
                 .split_whitespace()
                 .map(str::to_string)
                 .collect(),
             rates: rates.map(|r| r.max(0.0)),
             probe_timeout: Duration::from_secs(35),
+            storm: Duration::from_secs_f64(env_or("EO_BENCH_STORM_SECS", 60.0)),
+            storm_share: env_or("EO_BENCH_STORM_SHARE", 0.2f64).clamp(0.0, 1.0),
+            storm_clients: env_or("EO_BENCH_STORM_CLIENTS", 1000.0f64).max(0.0),
         }
     }
 }
@@ -105,6 +134,8 @@ struct Instance {
 
 struct Fixture {
     instances: Vec<Instance>,
+    /// The deploy storm's new instances: `(index of the instance replaced, its successor)`.
+    successors: Vec<(usize, Instance)>,
     /// The `lastDirtyTimestamp` of every registration, sent back with each heartbeat.
     ldt: i64,
     probe_body: Bytes,
@@ -120,7 +151,7 @@ fn spring_body(app: &str, id: &str, host: &str, ip: &str, vip: &str, ldt: i64) -
 }
 
 impl Fixture {
-    fn new(n: usize) -> Fixture {
+    fn new(n: usize, storm_share: f64) -> Fixture {
         let ldt = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis() as i64)
@@ -137,6 +168,24 @@ impl Fixture {
                 Instance { app, id, body }
             })
             .collect();
+        // Every instance whose index falls on the share's stride is replaced, so the storm touches
+        // every application (the hardest case for per-application caches).
+        let replaced = ((n as f64) * storm_share).round() as usize;
+        let stride = n.checked_div(replaced).map_or(usize::MAX, |s| s.max(1));
+        let successors = (0..n)
+            .filter(|i| i % stride == 0)
+            .take(replaced)
+            .map(|i| {
+                let (a, j) = (i / PER_APP, i % PER_APP);
+                let vip = format!("bench-app-{a:04}");
+                let app = vip.to_ascii_uppercase();
+                let ip = format!("10.{}.{}.{}", 128 + ((i >> 16) & 127), (i >> 8) & 255, i & 255);
+                let host = format!("bench-app-{a:04}-{j:02}-next.pods.internal");
+                let id = format!("{host}:{vip}:8080");
+                let body = spring_body(&app, &id, &host, &ip, &vip, ldt);
+                (i, Instance { app, id, body })
+            })
+            .collect();
         let probe_body = spring_body(
             PROBE_APP,
             PROBE_ID,
@@ -147,6 +196,7 @@ impl Fixture {
         );
         Fixture {
             instances,
+            successors,
             ldt,
             probe_body,
         }
@@ -190,6 +240,10 @@ enum Op {
     StatusOos(usize),
     /// `DELETE …/status?value=UP` (removes the override)
     StatusClear(usize),
+    /// Registers the `k`th successor of the deploy storm.
+    RegisterSuccessor(usize),
+    /// `DELETE apps/{app}/{id}` of the instance the `k`th successor replaces.
+    CancelReplaced(usize),
 }
 
 /// Everything a request needs, built before any measurement so the generator does the same work
@@ -201,6 +255,8 @@ struct Load {
     hb_urls: Vec<String>,
     oos_urls: Vec<String>,
     clear_urls: Vec<String>,
+    successor_urls: Vec<String>,
+    cancel_urls: Vec<String>,
     full_url: String,
     delta_url: String,
 }
@@ -233,6 +289,16 @@ impl Load {
                 )
             }),
             clear_urls: inst(&|i| format!("{base}apps/{}/{}/status?value=UP&lastDirtyTimestamp={ldt}", i.app, i.id)),
+            successor_urls: fx
+                .successors
+                .iter()
+                .map(|(_, s)| format!("{base}apps/{}", s.app))
+                .collect(),
+            cancel_urls: fx
+                .successors
+                .iter()
+                .map(|(i, _)| format!("{base}apps/{}/{}", fx.instances[*i].app, fx.instances[*i].id))
+                .collect(),
             full_url: format!("{base}apps/"),
             delta_url: format!("{base}apps/delta"),
             fx,
@@ -252,6 +318,11 @@ impl Load {
             Op::Delta => c.get(&self.delta_url),
             Op::StatusOos(i) => c.put(&self.oos_urls[i]),
             Op::StatusClear(i) => c.delete(&self.clear_urls[i]),
+            Op::RegisterSuccessor(k) => c
+                .post(&self.successor_urls[k])
+                .header(CONTENT_TYPE, "application/json")
+                .body(self.fx.successors[k].1.body.clone()),
+            Op::CancelReplaced(k) => c.delete(&self.cancel_urls[k]),
         }
         .header(ACCEPT, "application/json")
         .header(ACCEPT_ENCODING, "gzip");
@@ -977,6 +1048,9 @@ async fn measure(target: &Target, fx: &Arc<Fixture>, s: &Settings) -> Results {
         out.notes
             .push(format!("visibility probe: not visible after {:?}", s.probe_timeout));
     }
+    if !s.storm.is_zero() && !fx.successors.is_empty() {
+        deploy_storm(&load, pid, s, &mut out).await;
+    }
     let rss_end = rss_mb(pid);
     out.add("RSS at the end (MB)", rss_end, 1, Better::Lower);
     if out.notes.iter().any(|n| n.contains("errors")) {
@@ -984,6 +1058,87 @@ async fn measure(target: &Target, fx: &Arc<Fixture>, s: &Settings) -> Results {
             .push(format!("{} log tail:\n{}", target.label, target.log_tail()));
     }
     out
+}
+
+/// A deploy storm: a share of the instances re-registered with new ids and the old ones
+/// cancelled, spread over the storm's length, while the other instances heartbeat every 30 s and
+/// clients fetch the delta every 30 s.
+async fn deploy_storm(load: &Arc<Load>, pid: u32, s: &Settings, out: &mut Results) {
+    let fx = &load.fx;
+    let (n, k) = (fx.instances.len(), fx.successors.len());
+    eprintln!(
+        "[       storm] replacing {k} of {n} instances over {:?} ({} delta clients)",
+        s.storm, s.storm_clients
+    );
+    let replaced: std::collections::HashSet<usize> = fx.successors.iter().map(|(i, _)| *i).collect();
+    let steady: Arc<Vec<usize>> = Arc::new((0..n).filter(|i| !replaced.contains(i)).collect());
+    let replace_rate = k as f64 / s.storm.as_secs_f64();
+    let hb_rate = if steady.is_empty() { 0.0 } else { n as f64 / 30.0 };
+    let streams: Vec<Stream> = vec![
+        (replace_rate, Arc::new(move |j| Op::RegisterSuccessor(j as usize % k))),
+        (replace_rate, Arc::new(move |j| Op::CancelReplaced(j as usize % k))),
+        (
+            hb_rate,
+            Arc::new(move |j| Op::Heartbeat(steady[j as usize % steady.len().max(1)])),
+        ),
+        (s.storm_clients / 30.0, Arc::new(|_| Op::Delta)),
+    ];
+    let runs = open_loop(load, pid, s.storm, streams).await;
+    let [registers, cancels, hb, delta] = <[Run; 4]>::try_from(runs).ok().expect("four streams");
+    let phase = "deploy storm";
+    out.notes.push(format!(
+        "{phase}: {} registrations, {} cancels, {} heartbeats, {} delta fetches",
+        registers.lat_us.len(),
+        cancels.lat_us.len(),
+        hb.lat_us.len(),
+        delta.lat_us.len()
+    ));
+    out.add(
+        format!("{phase}: delta fetch p50 (ms)"),
+        delta.pct(50.0),
+        2,
+        Better::Lower,
+    );
+    out.add(
+        format!("{phase}: delta fetch p99 (ms)"),
+        delta.pct(99.0),
+        2,
+        Better::Lower,
+    );
+    out.add(
+        format!("{phase}: delta bytes on the wire per fetch (gzip)"),
+        delta.bytes as f64 / delta.ok.max(1) as f64,
+        0,
+        Better::Info,
+    );
+    out.add(format!("{phase}: heartbeat p99 (ms)"), hb.pct(99.0), 2, Better::Lower);
+    let mut writes = Run::default();
+    writes.merge(registers);
+    writes.merge(cancels);
+    writes.lat_us.sort_unstable();
+    out.add(
+        format!("{phase}: register/cancel p99 (ms)"),
+        writes.pct(99.0),
+        2,
+        Better::Lower,
+    );
+    let wall = hb.wall.as_secs_f64();
+    out.add(
+        format!("{phase}: server CPU (cores busy, same offered load)"),
+        hb.server_cpu / wall,
+        3,
+        Better::Lower,
+    );
+    let mut errs = Run {
+        errors: writes.errors + hb.errors + delta.errors,
+        ..Run::default()
+    };
+    errs.first_error = writes
+        .first_error
+        .clone()
+        .or_else(|| hb.first_error.clone())
+        .or_else(|| delta.first_error.clone());
+    out.errors(phase, &errs);
 }
 
 // === the report ===
@@ -1080,7 +1235,9 @@ fn print_report(s: &Settings, fx: &Fixture, results: &[(&str, Results)], elapsed
     );
     let flags = s.jvm_flags.join(" ");
     let origin = if flags == HARNESS_JVM_FLAGS {
-        "the test harness's fast-start set, C1 only; `EO_BENCH_JVM_FLAGS` overrides"
+        "the test harness's fast-start set, C1 only (`EO_BENCH_JVM=c1`)"
+    } else if flags == DEFAULT_JVM_FLAGS {
+        "the default: the JVM's normal tiered JIT, a 2 GB heap; `EO_BENCH_JVM_FLAGS` overrides"
     } else {
         "from `EO_BENCH_JVM_FLAGS`"
     };
@@ -1108,6 +1265,17 @@ fn print_report(s: &Settings, fx: &Fixture, results: &[(&str, Results)], elapsed
         "* Mixed ({:?}, open loop, latency counted from when each request was due): {} heartbeats/s, {} re-registrations/s, {} status changes/s (OUT_OF_SERVICE, then override removed), {} full and {} delta fetches/s, plus a probe polling the full registry for a newly registered instance.",
         s.mixed, s.rates[0], s.rates[1], s.rates[2], s.rates[3], s.rates[4]
     );
+    if !s.storm.is_zero() && !fx.successors.is_empty() {
+        println!(
+            "* Deploy storm ({:?}, open loop, after the mixed load): {} instances ({:.0} %, spread over every application) registered again under new ids and the instances they replace cancelled, at an even pace; meanwhile the other instances heartbeat every 30 s ({:.0}/s) and {} clients fetch the delta every 30 s ({:.1}/s).",
+            s.storm,
+            fx.successors.len(),
+            s.storm_share * 100.0,
+            n as f64 / 30.0,
+            s.storm_clients,
+            s.storm_clients / 30.0
+        );
+    }
     println!(
         "* Caching: ours has no stale cache: payloads are cached per registry version, so a write is visible to the next read. Java's default read-only response cache is refreshed every 30 s, so its reads are cheap but up to 30 s stale (see the visibility row)."
     );
@@ -1184,7 +1352,7 @@ fn main() {
 }
 
 async fn run() {
-    let started = Instant::now();
+    let run_started = Instant::now();
     let s = Settings::from_env();
     if peers::lookup("EUREKA_PEER_JAVA_SERVER_JAR").is_none() {
         eprintln!(
@@ -1193,25 +1361,33 @@ async fn run() {
         let _ = peers::require("EUREKA_PEER_JAVA_SERVER_JAR", "registry_vs_java");
         return;
     }
-    let fx = Arc::new(Fixture::new(s.instances));
-    let mut results: Vec<(&str, Results)> = Vec::new();
-
-    let ours = Target::ours().await;
-    results.push(("ours", measure(&ours, &fx, &s).await));
-    ours.stop();
-
-    let mut java_configs = vec![true];
-    if s.java_nocache {
-        java_configs.push(false);
-    }
-    for ro_cache in java_configs {
-        eprintln!("starting the Java Eureka server (read-only response cache {ro_cache})");
-        let Some(java) = Target::java(ro_cache, &s.jvm_flags).await else {
-            return;
+    for &n in &s.sizes {
+        let s = Settings {
+            instances: n,
+            ..s.clone()
         };
-        let label = java.label;
-        results.push((label, measure(&java, &fx, &s).await));
-        java.stop();
+        let started = Instant::now();
+        let fx = Arc::new(Fixture::new(s.instances, s.storm_share));
+        let mut results: Vec<(&str, Results)> = Vec::new();
+
+        let ours = Target::ours().await;
+        results.push(("ours", measure(&ours, &fx, &s).await));
+        ours.stop();
+
+        let mut java_configs = vec![true];
+        if s.java_nocache {
+            java_configs.push(false);
+        }
+        for ro_cache in java_configs {
+            eprintln!("starting the Java Eureka server (read-only response cache {ro_cache})");
+            let Some(java) = Target::java(ro_cache, &s.jvm_flags).await else {
+                return;
+            };
+            let label = java.label;
+            results.push((label, measure(&java, &fx, &s).await));
+            java.stop();
+        }
+        print_report(&s, &fx, &results, started.elapsed());
     }
-    print_report(&s, &fx, &results, started.elapsed());
+    eprintln!("registry_vs_java: done in {:.0} s", run_started.elapsed().as_secs_f64());
 }

@@ -1,19 +1,27 @@
-//! The response cache: each payload (full registry, delta, one app, one VIP) is encoded once per
-//! registry version and format, gzipped at most once, and served to every reader as shared bytes.
-//!
-//! Readers check the registry version (an atomic) and take the cached bytes without touching the
-//! registry lock. On a miss, one reader encodes (outside the registry lock: it snapshots, releases,
-//! then encodes) while the others for the same slot wait for that result. A payload labelled with
-//! version `v` is never older than `v`, so a write is visible to the next read.
+//! The response cache: what readers are served. The full registry and the delta are assembled
+//! from per-application fragments ([`assembly`]), so a write costs the re-encoding of what it
+//! changed; a single application or VIP is encoded whole once per registry version and format
+//! ([`ResponseCache`]). Either way readers share the bytes, take them without the registry
+//! lock, and get a payload labelled with a version at least the one they saw, so a write is
+//! visible to the next read.
+
+pub mod assembly;
+pub mod gzip;
 
 use std::{
     collections::HashMap,
     io::Write,
-    sync::{Arc, OnceLock},
+    pin::Pin,
+    sync::{
+        Arc, OnceLock,
+        atomic::{AtomicU64, Ordering},
+    },
+    task::{Context, Poll},
     time::{Duration, Instant},
 };
 
 use bytes::Bytes;
+use hyper::body::{Body, Frame, SizeHint};
 use parking_lot::Mutex;
 use tokio::sync::OnceCell;
 
@@ -29,22 +37,137 @@ pub enum Key {
     Svip(String),
 }
 
-/// Encoded bytes, with their gzip form computed on first demand.
+/// A body made of shared pieces, served one after the other without being joined.
+#[derive(Clone, Debug, Default)]
+pub struct Pieces {
+    parts: Arc<[Bytes]>,
+    len: u64,
+}
+
+impl Pieces {
+    pub fn new(parts: Vec<Bytes>) -> Pieces {
+        let len = parts.iter().map(|b| b.len() as u64).sum();
+        Pieces {
+            parts: parts.into(),
+            len,
+        }
+    }
+
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The pieces joined (a copy; for tests and small payloads).
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.len as usize);
+        for p in self.parts.iter() {
+            out.extend_from_slice(p);
+        }
+        out
+    }
+
+    /// An HTTP body sending the pieces in order, with their exact length.
+    pub fn body(&self) -> PiecesBody {
+        PiecesBody {
+            parts: self.parts.clone(),
+            next: 0,
+            remaining: self.len,
+        }
+    }
+}
+
+/// See [`Pieces::body`].
+pub struct PiecesBody {
+    parts: Arc<[Bytes]>,
+    next: usize,
+    remaining: u64,
+}
+
+impl Body for PiecesBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        while let Some(part) = self.parts.get(self.next).cloned() {
+            self.next += 1;
+            if !part.is_empty() {
+                self.remaining -= part.len() as u64;
+                return Poll::Ready(Some(Ok(Frame::data(part))));
+            }
+        }
+        Poll::Ready(None)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.remaining == 0
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.remaining)
+    }
+}
+
+/// An encoded document in its identity and gzip forms; each is made on first demand if the
+/// payload was not built with it.
 #[derive(Debug)]
 pub struct Payload {
-    pub body: Bytes,
-    gzip: OnceLock<Bytes>,
+    /// The registry version it shows.
+    pub version: u64,
+    /// When the oldest view in it was taken.
+    pub oldest: Instant,
     /// An empty payload stands for "nothing there" (an unknown app: 404).
     pub empty: bool,
+    identity: OnceLock<Pieces>,
+    gzip: OnceLock<Bytes>,
+    /// Where a reader of the identity form says so (the builder then keeps it), and its epoch.
+    identity_wanted: Option<(Arc<AtomicU64>, Instant)>,
 }
 
 impl Payload {
     pub fn new(body: Vec<u8>) -> Payload {
+        let identity = OnceLock::new();
+        let empty = body.is_empty();
+        let _ = identity.set(Pieces::new(vec![Bytes::from(body)]));
         Payload {
-            empty: body.is_empty(),
-            body: Bytes::from(body),
+            version: 0,
+            oldest: Instant::now(),
+            empty,
+            identity,
             gzip: OnceLock::new(),
+            identity_wanted: None,
         }
+    }
+
+    /// Tells the builder that readers want the identity form (it then keeps it).
+    fn want_identity(&self) {
+        if let Some((wanted, epoch)) = &self.identity_wanted {
+            wanted.store((epoch.elapsed().as_millis() as u64).max(1), Ordering::Relaxed);
+        }
+    }
+
+    /// The identity form if it is there already.
+    pub fn identity_ready(&self) -> Option<Pieces> {
+        self.want_identity();
+        self.identity.get().cloned()
+    }
+
+    /// The identity form, inflated from the gzip form if the payload was built without it
+    /// (CPU-heavy then: call it off the async workers).
+    pub fn identity(&self) -> Pieces {
+        self.want_identity();
+        self.identity
+            .get_or_init(|| {
+                let gz = self.gzip.get().cloned().unwrap_or_default();
+                let mut out = Vec::new();
+                // Our own gzip member: it decodes.
+                let _ = std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&gz[..]), &mut out);
+                Pieces::new(vec![Bytes::from(out)])
+            })
+            .clone()
     }
 
     /// The gzip body if it has been compressed already.
@@ -56,15 +179,15 @@ impl Payload {
     pub fn gzip(&self) -> Bytes {
         self.gzip
             .get_or_init(|| {
+                let identity = self.identity.get().cloned().unwrap_or_default();
                 let mut enc = flate2::write::GzEncoder::new(
-                    Vec::with_capacity(self.body.len() / 4 + 64),
-                    // Compressed once per version, off the request threads. Level 4: on a
-                    // 2000-instance registry (1.9 MB of JSON) it is within 2 % of the default
-                    // level's size in half the time (5 ms against 12), and smaller than Java's.
+                    Vec::with_capacity(identity.len() as usize / 4 + 64),
                     flate2::Compression::new(4),
                 );
-                // Writing into a Vec cannot fail.
-                let _ = enc.write_all(&self.body);
+                for part in identity.parts.iter() {
+                    // Writing into a Vec cannot fail.
+                    let _ = enc.write_all(part);
+                }
                 Bytes::from(enc.finish().unwrap_or_default())
             })
             .clone()
@@ -76,20 +199,14 @@ type Cell = Arc<OnceCell<Arc<Payload>>>;
 /// A cached payload: the registry version it was made at, when, and the payload (once encoded).
 type Slot = (u64, Instant, Cell);
 
-/// An application's encoding: the version of the application's last change, when, and the bytes.
-type Fragment = (u64, Instant, Bytes);
-
 /// How long a payload is reused while nothing changes, so that the lease timestamps in it are
 /// refreshed now and then (Java's `responseCacheAutoExpirationInSeconds`).
 pub const MAX_AGE: Duration = Duration::from_secs(180);
 
-/// How long an application's encoding is reused while the application does not change: lease
-/// timestamps in a full fetch are at most this old (Java's read-only cache refreshes every 30 s).
-pub const FRAGMENT_MAX_AGE: Duration = Duration::from_secs(30);
-
 /// Entries kept before the cache is cleared (Java's `initialCapacityOfResponseCache`).
 const MAX_ENTRIES: usize = 1000;
 
+/// Single applications and VIPs, encoded whole once per registry version and format.
 #[derive(Default)]
 pub struct ResponseCache {
     slots: Mutex<HashMap<(Key, Format), Slot>>,
@@ -112,9 +229,8 @@ impl ResponseCache {
                 Some((v, at, cell)) if *v >= version && at.elapsed() < MAX_AGE => cell.clone(),
                 _ => {
                     if slots.len() >= MAX_ENTRIES {
-                        // Many application or VIP names (any client can ask for any): start
-                        // those over, but keep the registry-wide payloads everyone fetches.
-                        slots.retain(|(k, _), _| matches!(k, Key::Full | Key::Delta));
+                        // Many application or VIP names (any client can ask for any): start over.
+                        slots.clear();
                     }
                     let cell: Cell = Arc::new(OnceCell::new());
                     slots.insert((key, format), (version, Instant::now(), cell.clone()));
@@ -139,57 +255,10 @@ impl ResponseCache {
     }
 }
 
-/// Each application's encoding inside `applications` documents, per format, with the registry
-/// version of the application's last change: a full fetch after a write re-encodes only the
-/// applications that changed.
-#[derive(Default)]
-pub struct Fragments {
-    map: Mutex<HashMap<(String, Format), Fragment>>,
-}
-
-impl Fragments {
-    /// The versions of the current (not too old) encodings.
-    pub fn versions(&self, format: Format) -> HashMap<String, u64> {
-        self.map
-            .lock()
-            .iter()
-            .filter(|((_, f), (_, at, _))| *f == format && at.elapsed() < FRAGMENT_MAX_AGE)
-            .map(|((app, _), (v, _, _))| (app.clone(), *v))
-            .collect()
-    }
-
-    /// Stores an encoding unless a newer one is there.
-    pub fn put(&self, app: String, format: Format, version: u64, bytes: Bytes) {
-        let mut map = self.map.lock();
-        match map.get(&(app.clone(), format)) {
-            Some((v, _, _)) if *v > version => {}
-            _ => {
-                map.insert((app, format), (version, Instant::now(), bytes));
-            }
-        }
-    }
-
-    /// The encodings of `apps` (name, version) in order, dropping those of applications that are
-    /// gone; `None` if one is missing or of another version (a concurrent encoder moved on).
-    pub fn collect(&self, apps: &[(String, u64)], format: Format) -> Option<Vec<Bytes>> {
-        let mut map = self.map.lock();
-        if map.len() > apps.len() * 2 + 16 {
-            let keep: std::collections::HashSet<&str> = apps.iter().map(|(a, _)| a.as_str()).collect();
-            map.retain(|(app, _), _| keep.contains(app.as_str()));
-        }
-        apps.iter()
-            .map(|(app, v)| match map.get(&(app.clone(), format)) {
-                Some((fv, _, bytes)) if fv == v => Some(bytes.clone()),
-                _ => None,
-            })
-            .collect()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::AtomicUsize;
 
     #[tokio::test]
     async fn encodes_once_per_version_and_format() {
@@ -201,41 +270,25 @@ mod tests {
                 s.as_bytes().to_vec()
             }
         };
+        let key = || Key::App("A".into());
         let mut readers = Vec::new();
         for _ in 0..16 {
             let c = calls.clone();
             let cache = &cache;
-            readers.push(async move { cache.get(Key::Full, Format::Json, 1, enc(c, "v1")).await });
+            readers.push(async move { cache.get(key(), Format::Json, 1, enc(c, "v1")).await });
         }
         let all = futures::future::join_all(readers).await;
         assert_eq!(calls.load(Ordering::SeqCst), 1);
         assert!(all.iter().all(|p| Arc::ptr_eq(p, &all[0])));
-        let xml = cache.get(Key::Full, Format::Xml, 1, enc(calls.clone(), "x")).await;
-        assert_eq!(&xml.body[..], b"x");
+        let xml = cache.get(key(), Format::Xml, 1, enc(calls.clone(), "x")).await;
+        assert_eq!(xml.identity().to_vec(), b"x");
         assert_eq!(calls.load(Ordering::SeqCst), 2);
-        let v2 = cache.get(Key::Full, Format::Json, 2, enc(calls.clone(), "v2")).await;
-        assert_eq!(&v2.body[..], b"v2");
+        let v2 = cache.get(key(), Format::Json, 2, enc(calls.clone(), "v2")).await;
+        assert_eq!(v2.identity().to_vec(), b"v2");
         // An older version never replaces a newer payload.
-        let again = cache.get(Key::Full, Format::Json, 1, enc(calls.clone(), "old")).await;
-        assert_eq!(&again.body[..], b"v2");
+        let again = cache.get(key(), Format::Json, 1, enc(calls.clone(), "old")).await;
+        assert_eq!(again.identity().to_vec(), b"v2");
         assert_eq!(calls.load(Ordering::SeqCst), 3);
-    }
-
-    #[test]
-    fn fragments_are_reused_until_their_application_changes() {
-        let f = Fragments::default();
-        f.put("A".into(), Format::Json, 3, Bytes::from_static(b"a3"));
-        f.put("B".into(), Format::Json, 5, Bytes::from_static(b"b5"));
-        f.put("A".into(), Format::Json, 2, Bytes::from_static(b"old"));
-        assert_eq!(
-            f.versions(Format::Json).get("A"),
-            Some(&3),
-            "an older encoding never replaces a newer one"
-        );
-        assert!(f.versions(Format::Xml).is_empty());
-        let got = f.collect(&[("A".into(), 3), ("B".into(), 5)], Format::Json).unwrap();
-        assert_eq!(got, vec![Bytes::from_static(b"a3"), Bytes::from_static(b"b5")]);
-        assert!(f.collect(&[("A".into(), 4)], Format::Json).is_none());
     }
 
     #[test]
@@ -251,21 +304,26 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn many_application_names_do_not_push_out_the_full_registry() {
+    async fn many_names_start_the_cache_over() {
         let cache = ResponseCache::new();
-        let calls = Arc::new(AtomicUsize::new(0));
-        let full = |calls: Arc<AtomicUsize>| {
-            move || {
-                calls.fetch_add(1, Ordering::SeqCst);
-                b"full".to_vec()
-            }
-        };
-        cache.get(Key::Full, Format::Json, 1, full(calls.clone())).await;
         for i in 0..MAX_ENTRIES + 10 {
             cache.get(Key::App(format!("APP-{i}")), Format::Json, 1, Vec::new).await;
         }
         assert!(cache.len() < MAX_ENTRIES);
-        cache.get(Key::Full, Format::Json, 1, full(calls.clone())).await;
-        assert_eq!(calls.load(Ordering::SeqCst), 1, "the full payload was kept");
+    }
+
+    #[tokio::test]
+    async fn pieces_are_sent_in_order_with_their_length() {
+        use http_body_util::BodyExt;
+        let pieces = Pieces::new(vec![
+            Bytes::from_static(b"ab"),
+            Bytes::new(),
+            Bytes::from_static(b"cde"),
+        ]);
+        let body = pieces.body();
+        assert_eq!(body.size_hint().exact(), Some(5));
+        let collected = body.collect().await.unwrap().to_bytes();
+        assert_eq!(&collected[..], b"abcde");
+        assert_eq!(pieces.to_vec(), b"abcde");
     }
 }

@@ -93,10 +93,9 @@ impl DecodeError {
 }
 
 pub fn encode_apps(view: &AppsView, format: Format) -> Vec<u8> {
-    match format {
-        Format::Json => json::applications(view),
-        Format::Xml => xml::applications(view),
-    }
+    let fragments: Vec<Vec<u8>> = view.apps.iter().map(|a| encode_app_fragment(a, format)).collect();
+    let refs: Vec<&[u8]> = fragments.iter().map(Vec::as_slice).collect();
+    encode_apps_from_fragments(view.versions_delta, &view.apps_hashcode, &refs, format)
 }
 
 /// One application as it stands inside an `applications` document.
@@ -107,6 +106,30 @@ pub fn encode_app_fragment(app: &AppView, format: Format) -> Vec<u8> {
     }
 }
 
+/// The start of an `applications` document, up to its first application.
+pub fn apps_head(versions_delta: i64, apps_hashcode: &str, format: Format) -> Vec<u8> {
+    match format {
+        Format::Json => json::applications_head(versions_delta, apps_hashcode),
+        Format::Xml => xml::applications_head(versions_delta, apps_hashcode),
+    }
+}
+
+/// The end of an `applications` document, after its last application.
+pub fn apps_tail(format: Format) -> &'static [u8] {
+    match format {
+        Format::Json => json::APPLICATIONS_TAIL,
+        Format::Xml => xml::APPLICATIONS_TAIL,
+    }
+}
+
+/// What stands between two applications of an `applications` document.
+pub fn separator(format: Format) -> &'static [u8] {
+    match format {
+        Format::Json => b",",
+        Format::Xml => b"",
+    }
+}
+
 /// An `applications` document assembled from fragments made by [`encode_app_fragment`].
 pub fn encode_apps_from_fragments(
     versions_delta: i64,
@@ -114,10 +137,17 @@ pub fn encode_apps_from_fragments(
     fragments: &[&[u8]],
     format: Format,
 ) -> Vec<u8> {
-    match format {
-        Format::Json => json::applications_from_fragments(versions_delta, apps_hashcode, fragments),
-        Format::Xml => xml::applications_from_fragments(versions_delta, apps_hashcode, fragments),
+    let sep = separator(format);
+    let mut out = apps_head(versions_delta, apps_hashcode, format);
+    out.reserve(fragments.iter().map(|f| f.len() + sep.len()).sum::<usize>() + 16);
+    for (n, f) in fragments.iter().enumerate() {
+        if n > 0 {
+            out.extend_from_slice(sep);
+        }
+        out.extend_from_slice(f);
     }
+    out.extend_from_slice(apps_tail(format));
+    out
 }
 
 pub fn encode_app(app: &AppView, format: Format) -> Vec<u8> {

@@ -154,6 +154,35 @@ pub struct ServerArgs {
     , value_parser = positive)]
     pub delta_retention_timer_interval_in_ms: u64,
 
+    /// Full and delta payloads are assembled from per-application fragments; an unchanged
+    /// application's fragment (its lease timestamps) is encoded again once it is this old.
+    #[arg(
+        long,
+        env = "EUREKA_SERVER_RESPONSE_CACHE_REFRESH_AFTER_MS",
+        default_value_t = crate::cache::assembly::REFRESH_AFTER.as_millis() as u64,
+        value_parser = positive
+    )]
+    pub response_cache_refresh_after_ms: u64,
+
+    /// Instances whose aged fragments one payload build encodes again (the rest wait for the
+    /// next build), so refreshing never makes one reader wait long.
+    #[arg(
+        long,
+        env = "EUREKA_SERVER_RESPONSE_CACHE_REFRESH_BUDGET",
+        default_value_t = crate::cache::assembly::REFRESH_BUDGET,
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..)
+    )]
+    pub response_cache_refresh_budget: usize,
+
+    /// How long uncompressed payload text is kept after the last reader that did not take gzip.
+    #[arg(
+        long,
+        env = "EUREKA_SERVER_RESPONSE_CACHE_IDENTITY_KEEP_MS",
+        default_value_t = crate::cache::assembly::IDENTITY_KEEP.as_millis() as u64,
+        value_parser = positive
+    )]
+    pub response_cache_identity_keep_ms: u64,
+
     /// Answer `GET apps/delta` with 403 (clients then always fetch the full registry).
     #[arg(long, env = "EUREKA_SERVER_DISABLE_DELTA", default_value_t = false, action = clap::ArgAction::Set)]
     pub disable_delta: bool,
@@ -358,6 +387,15 @@ impl ServerArgs {
             eviction: Duration::from_millis(self.eviction_interval_timer_in_ms),
             renewal_threshold_update: Duration::from_millis(self.renewal_threshold_update_interval_ms),
             delta_retention: Duration::from_millis(self.delta_retention_timer_interval_in_ms),
+        }
+    }
+
+    /// How payload fragments age and are refreshed.
+    pub fn cache_tuning(&self) -> crate::cache::assembly::Tuning {
+        crate::cache::assembly::Tuning {
+            refresh_after: Duration::from_millis(self.response_cache_refresh_after_ms),
+            refresh_budget: self.response_cache_refresh_budget,
+            identity_keep: Duration::from_millis(self.response_cache_identity_keep_ms),
         }
     }
 

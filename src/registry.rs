@@ -14,6 +14,7 @@
 //! EurekaApp adopts them ([`adoption`]): the client's own description, held like pod instances.
 
 pub mod adoption;
+pub mod changes;
 pub mod eviction;
 pub mod instance;
 pub mod lease;
@@ -29,6 +30,7 @@ use std::{
 
 use adoption::{Adoption, Decision, controller_record};
 pub use adoption::{Claim, ClaimKey, ClaimState};
+use changes::ChangeLog;
 use instance::{ActionType, InstanceInfo, Metadata, Status};
 use lease::{ExpiryMode, Lease};
 use limits::{LimitExceeded, Limits};
@@ -497,15 +499,6 @@ struct OverrideEntry {
     accessed: i64,
 }
 
-#[derive(Clone, Debug)]
-struct Change {
-    at: i64,
-    app: String,
-    id: String,
-    /// The last state of a removed instance; `None` when the instance is still there.
-    removed: Option<InstanceView>,
-}
-
 /// The registry. See the module docs.
 #[derive(Debug)]
 pub struct Registry {
@@ -515,8 +508,8 @@ pub struct Registry {
     apps: HashMap<String, HashMap<String, Entry>>,
     /// REST status overrides by instance id.
     overrides: HashMap<String, OverrideEntry>,
-    /// The delta's change log, oldest first, pruned after the retention time.
-    changes: VecDeque<Change>,
+    /// The delta's change log, by application, pruned after the retention time.
+    changes: ChangeLog,
     /// The dashboard's last registrations (time, `APP(id)`).
     recent_registered: VecDeque<(i64, String)>,
     /// The dashboard's last cancellations.
@@ -552,7 +545,7 @@ impl Registry {
             config,
             apps: HashMap::new(),
             overrides: HashMap::new(),
-            changes: VecDeque::new(),
+            changes: ChangeLog::default(),
             recent_registered: VecDeque::new(),
             recent_cancelled: VecDeque::new(),
             counts: StatusCounts::default(),
@@ -1391,12 +1384,9 @@ impl Registry {
     /// Drops delta entries older than the retention time and overrides unused for an hour.
     pub fn purge(&mut self, now: i64) {
         let horizon = now - self.config.retention_time_in_ms_in_delta_queue;
-        let before = self.changes.len();
-        while self.changes.front().is_some_and(|c| c.at < horizon) {
-            self.changes.pop_front();
-        }
-        if self.changes.len() != before {
+        if let Some(touched) = self.changes.prune(horizon) {
             self.version += 1;
+            self.changes.pruned_at(now, horizon, self.version, touched);
         }
         let expiry = self.config.override_expiry_ms;
         self.overrides.retain(|_, o| now - o.accessed <= expiry);
@@ -1445,43 +1435,72 @@ impl Registry {
     /// The recent changes (`GET apps/delta`), each with the instance's current state, and the hash
     /// code of the full registry at the same moment.
     pub fn delta_view(&self) -> AppsView {
-        let mut latest: HashMap<(&str, &str), &Change> = HashMap::new();
-        for change in &self.changes {
-            latest.insert((change.app.as_str(), change.id.as_str()), change);
-        }
-        let mut by_app: HashMap<&str, Vec<InstanceView>> = HashMap::new();
-        for ((app, id), change) in latest {
-            let view = match &change.removed {
-                Some(removed) => Some(removed.clone()),
-                None => self.view_of(app, id),
-            };
-            if let Some(view) = view {
-                by_app.entry(app).or_default().push(view);
-            }
-        }
-        let mut apps: Vec<AppView> = by_app
-            .into_iter()
-            .map(|(name, mut instances)| {
-                // Removed instances last: Netflix's client (1.x and 2.x, `updateDelta`) adopts the
-                // delta's whole application object at its first ADDED or MODIFIED entry when the
-                // application is new to it, and skips DELETED entries seen before that, so a
-                // removed instance listed first would stay in its copy and break the hash code.
-                instances.sort_by(|a, b| {
-                    let removed = |i: &InstanceView| i.action_type() == Some(ActionType::Deleted);
-                    (removed(a), a.id()).cmp(&(removed(b), b.id()))
-                });
-                AppView {
-                    name: name.to_string(),
-                    instances,
-                }
-            })
+        let apps: Vec<AppView> = self
+            .changes
+            .delta_apps()
+            .filter_map(|app| self.delta_group(app))
             .collect();
-        apps.sort_by(|a, b| a.name.cmp(&b.name));
         AppsView {
             versions_delta: self.version as i64,
             apps_hashcode: self.counts.hashcode(),
             apps,
         }
+    }
+
+    /// One application's part of the delta (`None` if it has none), with the version of its
+    /// last change: what a per-application cache of the delta needs.
+    pub fn delta_app_view(&self, app: &str) -> Option<(AppView, u64)> {
+        let version = self.changes.delta_app_version(app)?;
+        self.delta_group(app).map(|view| (view, version))
+    }
+
+    /// The applications the delta lists, sorted, with the version of each one's part.
+    pub fn delta_app_versions(&self) -> Vec<(Arc<str>, u64)> {
+        self.changes.delta_app_versions()
+    }
+
+    /// The applications changed after registry version `version` (sorted), or `None` if the
+    /// change log no longer reaches back that far.
+    pub fn apps_changed_since(&self, version: u64) -> Option<Vec<Arc<str>>> {
+        self.changes.apps_changed_since(version)
+    }
+
+    /// The applications whose part of the delta changed after `version` (sorted), or `None`.
+    pub fn delta_apps_changed_since(&self, version: u64) -> Option<Vec<Arc<str>>> {
+        self.changes.delta_apps_changed_since(version)
+    }
+
+    /// The registry version of `app`'s last change, if it has instances.
+    pub fn app_version(&self, app: &str) -> Option<u64> {
+        self.app_versions.get(app).copied()
+    }
+
+    /// The delta's entries for `app`: each changed instance in its current state, or its last
+    /// state if it was removed.
+    fn delta_group(&self, app: &str) -> Option<AppView> {
+        let mut instances: Vec<InstanceView> = self
+            .changes
+            .delta_entries(app)
+            .filter_map(|(id, removed)| match removed {
+                Some(removed) => Some(removed.clone()),
+                None => self.view_of(app, id),
+            })
+            .collect();
+        if instances.is_empty() {
+            return None;
+        }
+        // Removed instances last: Netflix's client (1.x and 2.x, `updateDelta`) adopts the
+        // delta's whole application object at its first ADDED or MODIFIED entry when the
+        // application is new to it, and skips DELETED entries seen before that, so a
+        // removed instance listed first would stay in its copy and break the hash code.
+        instances.sort_by(|a, b| {
+            let removed = |i: &InstanceView| i.action_type() == Some(ActionType::Deleted);
+            (removed(a), a.id()).cmp(&(removed(b), b.id()))
+        });
+        Some(AppView {
+            name: app.to_string(),
+            instances,
+        })
     }
 
     /// One application (`GET apps/{app}`); `None` when it has no instances.
@@ -1690,13 +1709,8 @@ impl Registry {
     }
 
     fn record_change(&mut self, now: i64, app: &str, id: &str, removed: Option<InstanceView>) {
-        self.changes.push_back(Change {
-            at: now,
-            app: app.to_string(),
-            id: id.to_string(),
-            removed,
-        });
         self.version += 1;
+        self.changes.record(now, self.version, app, id, removed);
         self.app_versions.insert(app.to_string(), self.version);
     }
 

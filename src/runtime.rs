@@ -241,7 +241,12 @@ fn shared(
         limits: limits.registry_limits(),
         ..server.registry_config()
     };
-    let state = AppState::new(Registry::new(registry_config, started_at), clock, server.disable_delta);
+    let state = AppState::new(
+        Registry::new(registry_config, started_at),
+        clock,
+        server.disable_delta,
+        server.cache_tuning(),
+    );
     let metrics = Metrics::new();
     metrics.with_prometheus(|r| r.register_collector(Box::new(RegistryCollector(state.clone()))));
     Shared {

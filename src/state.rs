@@ -15,7 +15,10 @@ use std::sync::{
 use parking_lot::{Mutex, RwLock};
 
 use crate::{
-    cache::{Fragments, Key, Payload, ResponseCache},
+    cache::{
+        Key, Payload, ResponseCache,
+        assembly::{Assembled, Kind, Source, Tuning},
+    },
     codec::{self, Format},
     registry::{Command, Outcome, Registry},
 };
@@ -48,7 +51,8 @@ struct Inner {
     registry: Mutex<Registry>,
     version: AtomicU64,
     cache: ResponseCache,
-    fragments: Fragments,
+    /// The full registry and the delta, in JSON and XML.
+    assembled: [Arc<Assembled>; 4],
     clock: Arc<dyn Clock>,
     listeners: RwLock<Vec<Arc<dyn OutcomeListener>>>,
     registry_ready: AtomicBool,
@@ -65,14 +69,20 @@ pub struct AppState {
 }
 
 impl AppState {
-    pub fn new(registry: Registry, clock: Arc<dyn Clock>, disable_delta: bool) -> AppState {
+    pub fn new(registry: Registry, clock: Arc<dyn Clock>, disable_delta: bool, tuning: Tuning) -> AppState {
         let version = registry.version();
         AppState {
             inner: Arc::new(Inner {
                 registry: Mutex::new(registry),
                 version: AtomicU64::new(version),
                 cache: ResponseCache::new(),
-                fragments: Fragments::default(),
+                assembled: [
+                    (Kind::Full, Format::Json),
+                    (Kind::Full, Format::Xml),
+                    (Kind::Delta, Format::Json),
+                    (Kind::Delta, Format::Xml),
+                ]
+                .map(|(kind, format)| Arc::new(Assembled::new(kind, format, tuning))),
                 clock,
                 listeners: RwLock::new(Vec::new()),
                 registry_ready: AtomicBool::new(false),
@@ -123,63 +133,48 @@ impl AppState {
         self.inner.disable_delta
     }
 
-    /// The encoded payload for `key`, from the cache or encoded now (once per version).
-    pub async fn payload(&self, key: Key, format: Format) -> Arc<Payload> {
-        let version = self.version();
-        let state = self.clone();
-        let k = key.clone();
-        self.inner
-            .cache
-            .get(key, format, version, move || {
-                // Snapshot under the lock (Arc clones), encode after releasing it.
-                match k {
-                    Key::Full => state.encode_full(format),
-                    Key::Delta => {
-                        let view = state.with_registry(|r, _| r.delta_view());
-                        codec::encode_apps(&view, format)
-                    }
-                    Key::App(app) => match state.with_registry(|r, _| r.app_view(&app)) {
-                        Some(view) => codec::encode_app(&view, format),
-                        None => Vec::new(),
-                    },
-                    Key::Vip(vip) => {
-                        let view = state.with_registry(|r, _| r.vip_view(&vip, false));
-                        codec::encode_apps(&view, format)
-                    }
-                    Key::Svip(vip) => {
-                        let view = state.with_registry(|r, _| r.vip_view(&vip, true));
-                        codec::encode_apps(&view, format)
-                    }
-                }
-            })
-            .await
+    /// The full registry or the delta in `format`, as assembled from per-application fragments.
+    pub fn assembled(&self, kind: Kind, format: Format) -> &Arc<Assembled> {
+        let i = match (kind, format) {
+            (Kind::Full, Format::Json) => 0,
+            (Kind::Full, Format::Xml) => 1,
+            (Kind::Delta, Format::Json) => 2,
+            (Kind::Delta, Format::Xml) => 3,
+        };
+        &self.inner.assembled[i]
     }
 
-    /// The full registry, re-encoding only the applications that changed since their last
-    /// encoding; the list of applications and the hash code come from one snapshot.
-    fn encode_full(&self, format: Format) -> Vec<u8> {
-        let fragments = &self.inner.fragments;
-        let known = fragments.versions(format);
-        let (hashcode, apps, stale) = self.with_registry(|r, _| {
-            let apps = r.app_versions();
-            let stale: Vec<(u64, crate::registry::view::AppView)> = apps
-                .iter()
-                .filter(|(name, v)| known.get(name) != Some(v))
-                .filter_map(|(name, v)| r.app_view(name).map(|view| (*v, view)))
-                .collect();
-            (r.apps_hashcode(), apps, stale)
-        });
-        for (version, view) in stale {
-            let bytes = bytes::Bytes::from(codec::encode_app_fragment(&view, format));
-            fragments.put(view.name, format, version, bytes);
-        }
-        match fragments.collect(&apps, format) {
-            Some(parts) => {
-                let refs: Vec<&[u8]> = parts.iter().map(|b| b.as_ref()).collect();
-                codec::encode_apps_from_fragments(1, &hashcode, &refs, format)
+    /// The encoded payload for `key` at the current registry version or newer: the full
+    /// registry and the delta from their assemblies, others from the cache or encoded now
+    /// (once per version).
+    pub async fn payload(&self, key: Key, format: Format) -> Arc<Payload> {
+        let version = self.version();
+        match key {
+            Key::Full => self.assembled(Kind::Full, format).get(self, version).await,
+            Key::Delta => self.assembled(Kind::Delta, format).get(self, version).await,
+            key => {
+                let state = self.clone();
+                let k = key.clone();
+                self.inner
+                    .cache
+                    .get(key, format, version, move || {
+                        // Snapshot under the lock (Arc clones), encode after releasing it.
+                        match k {
+                            Key::App(app) => match state.with_registry(|r, _| r.app_view(&app)) {
+                                Some(view) => codec::encode_app(&view, format),
+                                None => Vec::new(),
+                            },
+                            Key::Vip(vip) => {
+                                codec::encode_apps(&state.with_registry(|r, _| r.vip_view(&vip, false)), format)
+                            }
+                            Key::Svip(vip) => {
+                                codec::encode_apps(&state.with_registry(|r, _| r.vip_view(&vip, true)), format)
+                            }
+                            Key::Full | Key::Delta => Vec::new(),
+                        }
+                    })
+                    .await
             }
-            // Another encoder stored newer fragments meanwhile: encode a snapshot whole.
-            None => codec::encode_apps(&self.with_registry(|r, _| r.full_view()), format),
         }
     }
 
@@ -220,5 +215,11 @@ impl AppState {
     /// Whether fetches are allowed now (Java's `shouldAllowAccess`), without the registry lock.
     pub fn allow_access(&self) -> bool {
         self.now() > self.inner.reads_refused_until.load(Ordering::Acquire)
+    }
+}
+
+impl Source for AppState {
+    fn read<R>(&self, f: impl FnOnce(&Registry) -> R) -> R {
+        self.with_registry(|r, _| f(r))
     }
 }

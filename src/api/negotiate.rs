@@ -228,16 +228,16 @@ pub fn accepts_gzip(headers: &HeaderMap) -> bool {
 }
 
 /// A cached payload as a reply, gzipped when `gzip` (for `apps` and `apps/delta`, as Java).
-/// The first gzip reader of a version compresses it on a blocking thread, so request workers
-/// never stall behind compression.
+/// A form the payload was not built with is made once, on a blocking thread, so request workers
+/// never stall behind compression. The identity form of an assembled payload is sent as its
+/// shared pieces, never joined into one copy.
 pub async fn payload_reply(payload: std::sync::Arc<Payload>, format: Format, gzip: bool) -> Response {
-    let mut builder = Response::builder()
+    let builder = Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, format.content_type())
         .header(header::VARY, "Accept, Accept-Encoding");
-    let body = if gzip {
-        builder = builder.header(header::CONTENT_ENCODING, "gzip");
-        match payload.gzip_ready() {
+    let reply = if gzip {
+        let body = match payload.gzip_ready() {
             Some(b) => b,
             None => {
                 let p = payload.clone();
@@ -245,13 +245,21 @@ pub async fn payload_reply(payload: std::sync::Arc<Payload>, format: Format, gzi
                     .await
                     .unwrap_or_else(|_| payload.gzip())
             }
-        }
+        };
+        builder.header(header::CONTENT_ENCODING, "gzip").body(Body::from(body))
     } else {
-        payload.body.clone()
+        let pieces = match payload.identity_ready() {
+            Some(p) => p,
+            None => {
+                let p = payload.clone();
+                tokio::task::spawn_blocking(move || p.identity())
+                    .await
+                    .unwrap_or_else(|_| payload.identity())
+            }
+        };
+        builder.body(Body::new(pieces.body()))
     };
-    builder
-        .body(Body::from(body))
-        .unwrap_or_else(|_| empty(StatusCode::INTERNAL_SERVER_ERROR))
+    reply.unwrap_or_else(|_| empty(StatusCode::INTERNAL_SERVER_ERROR))
 }
 
 /// An encoded document as a reply.

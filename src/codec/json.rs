@@ -174,30 +174,24 @@ pub fn application_fragment(app: &AppView) -> Vec<u8> {
     out
 }
 
-/// `{"applications":{"versions__delta":"1","apps__hashcode":"UP_1_","application":[...]}}` from
-/// already encoded application fragments.
-pub fn applications_from_fragments(versions_delta: i64, apps_hashcode: &str, fragments: &[&[u8]]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(256 + fragments.iter().map(|f| f.len() + 1).sum::<usize>());
+/// `{"applications":{"versions__delta":"1","apps__hashcode":"UP_1_","application":[`: an
+/// `applications` document up to its first application.
+pub fn applications_head(versions_delta: i64, apps_hashcode: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(96 + apps_hashcode.len());
     out.extend_from_slice(b"{\"applications\":{\"versions__delta\":");
     string(&mut out, &versions_delta.to_string());
     out.extend_from_slice(b",\"apps__hashcode\":");
     string(&mut out, apps_hashcode);
     out.extend_from_slice(b",\"application\":[");
-    for (n, f) in fragments.iter().enumerate() {
-        if n > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(f);
-    }
-    out.extend_from_slice(b"]}}");
     out
 }
 
+/// What closes an `applications` document after its last application.
+pub const APPLICATIONS_TAIL: &[u8] = b"]}}";
+
 /// `{"applications":{"versions__delta":"1","apps__hashcode":"UP_1_","application":[...]}}`.
 pub fn applications(view: &AppsView) -> Vec<u8> {
-    let fragments: Vec<Vec<u8>> = view.apps.iter().map(application_fragment).collect();
-    let refs: Vec<&[u8]> = fragments.iter().map(Vec::as_slice).collect();
-    applications_from_fragments(view.versions_delta, &view.apps_hashcode, &refs)
+    super::encode_apps(view, super::Format::Json)
 }
 
 /// `{"application":{"name":"X","instance":[...]}}`.

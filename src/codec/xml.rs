@@ -230,24 +230,21 @@ fn application_into(out: &mut Vec<u8>, app: &AppView) {
     out.extend_from_slice(b"</application>");
 }
 
-/// An `<applications>` document from already encoded `<application>` fragments.
-pub fn applications_from_fragments(versions_delta: i64, apps_hashcode: &str, fragments: &[&[u8]]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(256 + fragments.iter().map(|f| f.len()).sum::<usize>());
+/// An `<applications>` document up to its first `<application>`.
+pub fn applications_head(versions_delta: i64, apps_hashcode: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(112 + apps_hashcode.len());
     out.extend_from_slice(b"<applications>");
     element(&mut out, "versions__delta", &versions_delta.to_string());
     element(&mut out, "apps__hashcode", apps_hashcode);
-    for f in fragments {
-        out.extend_from_slice(f);
-    }
-    out.extend_from_slice(b"</applications>");
     out
 }
 
+/// What closes an `<applications>` document.
+pub const APPLICATIONS_TAIL: &[u8] = b"</applications>";
+
 /// An `<applications>` document.
 pub fn applications(view: &AppsView) -> Vec<u8> {
-    let fragments: Vec<Vec<u8>> = view.apps.iter().map(application).collect();
-    let refs: Vec<&[u8]> = fragments.iter().map(Vec::as_slice).collect();
-    applications_from_fragments(view.versions_delta, &view.apps_hashcode, &refs)
+    super::encode_apps(view, super::Format::Xml)
 }
 
 /// An `<application>` document.

@@ -34,6 +34,7 @@ fn app_full(disable_delta: bool, access: Option<Access>, health: Arc<Health>) ->
         Registry::new(RegistryConfig::default(), clock.now_ms()),
         clock.clone(),
         disable_delta,
+        Default::default(),
     );
     state.open_for_traffic(0);
     let (_tx, peers) = watch::channel(Vec::new());
