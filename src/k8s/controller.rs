@@ -288,8 +288,11 @@ struct Claimed {
     reported: HashMap<AppKey, HashSet<String>>,
     /// What each EurekaApp put in `endpoints` and `ids` last time (so a reconcile replaces its
     /// own entries without scanning everyone's).
-    of_app: HashMap<AppKey, (Vec<ClaimKey>, Vec<(String, String)>)>,
+    of_app: HashMap<AppKey, AppClaims>,
 }
+
+/// The endpoints and `(app, instance id)`s one EurekaApp put in [`Claimed`].
+type AppClaims = (Vec<ClaimKey>, Vec<(String, String)>);
 
 /// What the registry part of a reconcile decided, for the leader to write.
 struct Applied {

@@ -333,7 +333,10 @@ mod tests {
         assert!(watched.metadata.managed_fields.is_none(), "never built");
         assert_eq!(watched.metadata.resource_version.as_deref(), Some("42"));
         assert_eq!(<WatchedPod as kube::Resource>::kind(&()), "Pod");
-        assert_eq!(<WatchedPod as kube::Resource>::url_path(&(), Some("shop")), "/api/v1/namespaces/shop/pods");
+        assert_eq!(
+            <WatchedPod as kube::Resource>::url_path(&(), Some("shop")),
+            "/api/v1/namespaces/shop/pods"
+        );
         let full: Pod = serde_json::from_value(json).unwrap();
         let p = PodInfo::from_watched(&watched).unwrap();
         assert_eq!(Some(p.clone()), PodInfo::from_pod(&full));
