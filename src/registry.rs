@@ -19,6 +19,7 @@ pub mod eviction;
 pub mod instance;
 pub mod lease;
 pub mod limits;
+mod owners;
 pub mod preservation;
 pub mod rules;
 pub mod view;
@@ -471,6 +472,15 @@ impl Holding {
         matches!(self, Holding::Pod { .. })
     }
 
+    /// The EurekaApp's pod the instance is held for: pod instances and adopted registrations.
+    fn owner(&self) -> Option<&PodOwner> {
+        match self {
+            Holding::Pod { owner, .. } => Some(owner),
+            Holding::Adopted(a) => Some(&a.owner),
+            Holding::Native | Holding::Replicated => None,
+        }
+    }
+
     /// Whether the lease counts toward self-preservation (and expires): native and replicated.
     fn counted(&self) -> bool {
         matches!(self, Holding::Native | Holding::Replicated)
@@ -532,6 +542,8 @@ pub struct Registry {
     claims: adoption::Claims,
     /// Bytes of text of every stored instance (what `limits.max_registry_bytes` caps).
     text_bytes: usize,
+    /// The instances each EurekaApp holds (pod and adopted), kept in step by the writes here.
+    owners: owners::Owners,
 }
 
 impl Registry {
@@ -557,6 +569,7 @@ impl Registry {
             totals: Totals::default(),
             claims: adoption::Claims::default(),
             text_bytes: 0,
+            owners: owners::Owners::default(),
         }
     }
 
@@ -583,6 +596,13 @@ impl Registry {
 
     /// Applies one write.
     pub fn apply(&mut self, command: Command, now: i64) -> Outcome {
+        let outcome = self.write(command, now);
+        #[cfg(test)]
+        self.assert_owner_index();
+        outcome
+    }
+
+    fn write(&mut self, command: Command, now: i64) -> Outcome {
         match command {
             Command::Register { info, writer } => self.register(info, writer, false, now),
             Command::RegisterCopy { info } => self.register(info, Writer::REPLICA, true, now),
@@ -1199,7 +1219,9 @@ impl Registry {
             candidate.last_dirty_timestamp = existing.last_dirty_timestamp;
             let entry = self.apps.get_mut(&app).and_then(|a| a.get_mut(&id)).expect("present");
             // The origin always takes the latest intent, even when the instance stays the same.
-            let before = std::mem::replace(&mut entry.holding, origin).kind();
+            let before = std::mem::replace(&mut entry.holding, origin);
+            self.owners.moved(&app, &id, before.owner(), entry.holding.owner());
+            let before = before.kind();
             if taken_over {
                 entry.copied = false;
                 if let Some(n) = self.by_origin.get_mut(&before) {
@@ -1599,9 +1621,7 @@ impl Registry {
 
     /// The pod instances of one EurekaApp.
     pub fn pod_instances_of(&self, namespace: &str, eureka_app: &str) -> Vec<(PodOwner, InstanceView)> {
-        self.apps
-            .values()
-            .flat_map(|entries| entries.values())
+        self.owned_by(namespace, eureka_app)
             .filter_map(|e| match &e.holding {
                 Holding::Pod { owner, .. } if owner.namespace == namespace && owner.eureka_app == eureka_app => {
                     Some((owner.clone(), self.view(e)))
@@ -1609,6 +1629,30 @@ impl Registry {
                 _ => None,
             })
             .collect()
+    }
+
+    /// The entries held for one EurekaApp (pod instances and adopted registrations), from the
+    /// owner index: what that EurekaApp holds, not the whole registry.
+    fn owned_by<'a>(&'a self, namespace: &str, eureka_app: &str) -> impl Iterator<Item = &'a Entry> {
+        self.owners
+            .of(namespace, eureka_app)
+            .filter_map(|(app, id)| self.apps.get(app).and_then(|a| a.get(id)))
+    }
+
+    /// Checks the owner index against a scan of every entry.
+    #[cfg(test)]
+    fn assert_owner_index(&self) {
+        let mut scanned: Vec<(String, String, String, String)> = self
+            .apps
+            .iter()
+            .flat_map(|(app, entries)| entries.iter().map(move |(id, e)| (app, id, e)))
+            .filter_map(|(app, id, e)| {
+                let o = e.holding.owner()?;
+                Some((o.namespace.clone(), o.eureka_app.clone(), app.clone(), id.clone()))
+            })
+            .collect();
+        scanned.sort();
+        assert_eq!(self.owners.all(), scanned, "the owner index is out of step");
     }
 
     /// Until when fetches are refused after an empty start, if they are.
@@ -1721,7 +1765,11 @@ impl Registry {
         self.counts.add(entry.info.status);
         *self.by_origin.entry(entry.holding.kind()).or_default() += 1;
         self.text_bytes += entry.info.text_bytes();
-        if let Some(old) = self.apps.entry(app.clone()).or_default().insert(id.clone(), entry) {
+        let owner = entry.holding.owner().cloned();
+        let old = self.apps.entry(app.clone()).or_default().insert(id.clone(), entry);
+        self.owners
+            .moved(&app, &id, old.as_ref().and_then(|o| o.holding.owner()), owner.as_ref());
+        if let Some(old) = old {
             self.text_bytes -= old.info.text_bytes();
             self.counts.remove(old.info.status);
             if let Some(n) = self.by_origin.get_mut(&old.holding.kind()) {
@@ -1752,6 +1800,7 @@ impl Registry {
     /// Removes an entry, cancels its lease and logs a DELETED change with its last state.
     fn remove(&mut self, app: &str, id: &str, now: i64) -> Option<InstanceView> {
         let mut entry = self.apps.get_mut(app)?.remove(id)?;
+        self.owners.moved(app, id, entry.holding.owner(), None);
         self.text_bytes -= entry.info.text_bytes();
         entry.lease.cancel(now);
         let info = Arc::make_mut(&mut entry.info);

@@ -57,7 +57,7 @@ use super::{
     crd::{EurekaApp, EurekaAppStatus, FINALIZER, ReadinessGate, Registration},
     index::{AppKey, Index, Scope, Touched},
     plan::{self, Context as PlanContext, Plan, Problem, Target, selector_matches},
-    pods::PodInfo,
+    pods::{PodInfo, WatchedPod},
     status::{self, Note, NoteLimiter},
     watch::{Backoff, Follower, follow},
 };
@@ -286,7 +286,13 @@ struct Claimed {
     ids: HashMap<(String, String), AppKey>,
     /// The adopted ids each EurekaApp's last reconcile saw (for the `Adopted` Events).
     reported: HashMap<AppKey, HashSet<String>>,
+    /// What each EurekaApp put in `endpoints` and `ids` last time (so a reconcile replaces its
+    /// own entries without scanning everyone's).
+    of_app: HashMap<AppKey, AppClaims>,
 }
+
+/// The endpoints and `(app, instance id)`s one EurekaApp put in [`Claimed`].
+type AppClaims = (Vec<ClaimKey>, Vec<(String, String)>);
 
 /// What the registry part of a reconcile decided, for the leader to write.
 struct Applied {
@@ -350,7 +356,8 @@ impl OutcomeListener for AdoptionWaker {
                 (crate::registry::Action::Register, Some(view)) if view.origin == Origin::Adopted => {
                     let key = claimed.endpoints.get(&ClaimKey::of(&view.info)).cloned();
                     if let Some(k) = &key {
-                        claimed.ids.insert(id, k.clone());
+                        claimed.ids.insert(id.clone(), k.clone());
+                        claimed.of_app.entry(k.clone()).or_default().1.push(id);
                     }
                     key
                 }
@@ -471,7 +478,7 @@ fn receiver_stream<T: Send + 'static>(rx: mpsc::UnboundedReceiver<T>) -> BoxStre
 /// The Pod watches (one per scope) and the Node watch, into the index.
 async fn watch_pods_and_nodes(ctx: Arc<Context>, scopes: Vec<Scope>) -> anyhow::Result<()> {
     let pods = scopes.into_iter().map(|scope| {
-        let api: Api<Pod> = match &scope {
+        let api: Api<WatchedPod> = match &scope {
             Scope::All => Api::all(ctx.client.clone()),
             Scope::Namespace(ns) => Api::namespaced(ctx.client.clone(), ns),
         };
@@ -519,11 +526,11 @@ struct PodFollower {
     scope: Scope,
 }
 
-impl Follower<Pod> for PodFollower {
+impl Follower<WatchedPod> for PodFollower {
     type Item = PodInfo;
 
-    fn project(&self, pod: &Pod) -> Option<PodInfo> {
-        PodInfo::from_pod(pod)
+    fn project(&self, pod: &WatchedPod) -> Option<PodInfo> {
+        PodInfo::from_watched(pod)
     }
 
     fn applied(&self, pod: PodInfo) {
@@ -531,7 +538,7 @@ impl Follower<Pod> for PodFollower {
         self.ctx.touched(touched.into_iter());
     }
 
-    fn deleted(&self, pod: &Pod) {
+    fn deleted(&self, pod: &WatchedPod) {
         let (Some(ns), Some(name)) = (pod.metadata.namespace.as_deref(), pod.metadata.name.as_deref()) else {
             return;
         };
@@ -937,17 +944,35 @@ impl Context {
         endpoints: impl Iterator<Item = ClaimKey>,
         adopted: &[(PodOwner, InstanceView)],
     ) {
-        let mut claimed = self.claimed.lock();
-        claimed.endpoints.retain(|_, k| k != key);
-        claimed.ids.retain(|_, k| k != key);
-        for e in endpoints {
-            claimed.endpoints.insert(e, key.clone());
+        let endpoints: Vec<ClaimKey> = endpoints.collect();
+        let ids: Vec<(String, String)> = adopted
+            .iter()
+            .map(|(_, v)| (v.info.app.clone(), v.id().to_string()))
+            .collect();
+        let mut guard = self.claimed.lock();
+        let claimed = &mut *guard;
+        if let Some((old_endpoints, old_ids)) = claimed.of_app.remove(key) {
+            for e in old_endpoints {
+                if claimed.endpoints.get(&e) == Some(key) {
+                    claimed.endpoints.remove(&e);
+                }
+            }
+            for id in old_ids {
+                if claimed.ids.get(&id) == Some(key) {
+                    claimed.ids.remove(&id);
+                }
+            }
         }
-        for (_, v) in adopted {
-            claimed
-                .ids
-                .insert((v.info.app.clone(), v.id().to_string()), key.clone());
+        if endpoints.is_empty() && ids.is_empty() {
+            return;
         }
+        for e in &endpoints {
+            claimed.endpoints.insert(e.clone(), key.clone());
+        }
+        for id in &ids {
+            claimed.ids.insert(id.clone(), key.clone());
+        }
+        claimed.of_app.insert(key.clone(), (endpoints, ids));
     }
 
     /// Registers or updates the planned instances; returns the ids registered anew and the

@@ -1,10 +1,13 @@
 //! The compact projection of a Pod that the operator keeps: identity, labels, the annotations
 //! worth keeping, addresses, readiness, termination, container ports and owner. Whole Pod objects
-//! (specs, managedFields, statuses) are never stored.
+//! (specs, managedFields, statuses) are never stored, nor even built: the watch reads pods as
+//! [`WatchedPod`], which deserializes only the fields the projection reads and skips the rest of
+//! the JSON (managedFields, most of spec and status) without allocating for it.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use serde::{Deserialize, Deserializer};
 
 /// Annotations never kept (large and useless as metadata).
 const DROPPED_ANNOTATIONS: [&str; 1] = ["kubectl.kubernetes.io/last-applied-configuration"];
@@ -50,9 +53,139 @@ pub struct PodInfo {
     pub workload: Option<String>,
 }
 
+/// A Pod as the watch reads it: a kube `Resource` (kind `Pod`) with only what [`PodInfo`]
+/// projects. Its metadata is an `ObjectMeta` (kube-runtime reads the resource version from it)
+/// holding identity, labels, annotations, deletion and owners; managedFields are never built.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct WatchedPod {
+    #[serde(default, deserialize_with = "slim_meta")]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: Option<WatchedSpec>,
+    #[serde(default)]
+    pub status: Option<WatchedStatus>,
+}
+
+impl k8s_openapi::Resource for WatchedPod {
+    const API_VERSION: &'static str = "v1";
+    const GROUP: &'static str = "";
+    const KIND: &'static str = "Pod";
+    const VERSION: &'static str = "v1";
+    const URL_PATH_SEGMENT: &'static str = "pods";
+    type Scope = k8s_openapi::NamespaceResourceScope;
+}
+
+impl k8s_openapi::Metadata for WatchedPod {
+    type Ty = ObjectMeta;
+
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// The parts of `metadata` the watch and the projection read.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SlimMeta {
+    name: Option<String>,
+    namespace: Option<String>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+    labels: Option<BTreeMap<String, String>>,
+    annotations: Option<BTreeMap<String, String>>,
+    deletion_timestamp: Option<Time>,
+    deletion_grace_period_seconds: Option<i64>,
+    owner_references: Option<Vec<OwnerReference>>,
+}
+
+fn slim_meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
+    let m = SlimMeta::deserialize(d)?;
+    Ok(ObjectMeta {
+        name: m.name,
+        namespace: m.namespace,
+        uid: m.uid,
+        resource_version: m.resource_version,
+        labels: m.labels,
+        annotations: m.annotations,
+        deletion_timestamp: m.deletion_timestamp,
+        deletion_grace_period_seconds: m.deletion_grace_period_seconds,
+        owner_references: m.owner_references,
+        ..ObjectMeta::default()
+    })
+}
+
+/// The parts of a Pod's `spec` the projection reads.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WatchedSpec {
+    pub containers: Option<Vec<WatchedContainer>>,
+    pub readiness_gates: Option<Vec<WatchedGate>>,
+    pub node_name: Option<String>,
+    pub host_network: Option<bool>,
+    pub hostname: Option<String>,
+    pub subdomain: Option<String>,
+    pub service_account_name: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct WatchedContainer {
+    pub ports: Option<Vec<WatchedPort>>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WatchedPort {
+    pub name: Option<String>,
+    pub container_port: i32,
+    pub protocol: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WatchedGate {
+    pub condition_type: String,
+}
+
+/// The parts of a Pod's `status` the projection reads.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WatchedStatus {
+    #[serde(rename = "podIPs")]
+    pub pod_ips: Option<Vec<WatchedIp>>,
+    #[serde(rename = "podIP")]
+    pub pod_ip: Option<String>,
+    #[serde(rename = "hostIP")]
+    pub host_ip: Option<String>,
+    pub conditions: Option<Vec<WatchedCondition>>,
+    pub phase: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct WatchedIp {
+    pub ip: String,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct WatchedCondition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: String,
+}
+
 impl PodInfo {
+    /// Projects a whole Pod (tests and fixtures; the watch reads [`WatchedPod`]).
+    #[cfg(test)]
+    pub fn from_pod(pod: &k8s_openapi::api::core::v1::Pod) -> Option<PodInfo> {
+        let json = serde_json::to_value(pod).ok()?;
+        PodInfo::from_watched(&serde_json::from_value(json).ok()?)
+    }
+
     /// Projects a Pod; `None` without a name or namespace.
-    pub fn from_pod(pod: &Pod) -> Option<PodInfo> {
+    pub fn from_watched(pod: &WatchedPod) -> Option<PodInfo> {
         let meta = &pod.metadata;
         let name = meta.name.clone()?;
         let namespace = meta.namespace.clone()?;
@@ -78,6 +211,7 @@ impl PodInfo {
             .map(|s| {
                 s.containers
                     .iter()
+                    .flatten()
                     .flat_map(|c| c.ports.iter().flatten())
                     .map(|p| ContainerPort {
                         name: p.name.clone(),
@@ -168,6 +302,59 @@ impl PodInfo {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::Pod;
+
+    #[test]
+    fn the_watched_pod_reads_what_the_projection_needs_and_skips_the_rest() {
+        let json = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "web-0", "namespace": "shop", "uid": "u-1", "resourceVersion": "42",
+                "labels": {"app": "web"},
+                "annotations": {"team": "blue"},
+                "managedFields": [{"manager": "kubelet", "operation": "Update", "fieldsV1": {"f:status": {}}}],
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-5d9", "uid": "r", "controller": true}],
+            },
+            "spec": {
+                "nodeName": "node-a",
+                "containers": [{"name": "web", "image": "web:1", "ports": [{"name": "http", "containerPort": 8080}],
+                                "env": [{"name": "A", "value": "b"}], "resources": {"limits": {"cpu": "1"}}}],
+                "volumes": [{"name": "v", "emptyDir": {}}],
+                "readinessGates": [{"conditionType": "eureka-operator.dev/registered"}],
+            },
+            "status": {
+                "phase": "Running", "hostIP": "192.168.0.1", "podIP": "10.1.0.7", "podIPs": [{"ip": "10.1.0.7"}],
+                "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-30T10:00:00Z"}],
+                "containerStatuses": [{"name": "web", "ready": true, "restartCount": 0, "image": "web:1", "imageID": ""}],
+            },
+        });
+        let watched: WatchedPod = serde_json::from_value(json.clone()).unwrap();
+        assert!(watched.metadata.managed_fields.is_none(), "never built");
+        assert_eq!(watched.metadata.resource_version.as_deref(), Some("42"));
+        assert_eq!(<WatchedPod as kube::Resource>::kind(&()), "Pod");
+        assert_eq!(
+            <WatchedPod as kube::Resource>::url_path(&(), Some("shop")),
+            "/api/v1/namespaces/shop/pods"
+        );
+        let full: Pod = serde_json::from_value(json).unwrap();
+        let p = PodInfo::from_watched(&watched).unwrap();
+        assert_eq!(Some(p.clone()), PodInfo::from_pod(&full));
+        assert_eq!(p.ips, ["10.1.0.7"]);
+        assert_eq!(p.gates, [("eureka-operator.dev/registered".to_string(), false)]);
+        assert_eq!(p.ports[0].port, 8080);
+        assert_eq!(p.workload.as_deref(), Some("ReplicaSet/web-5d9"));
+        assert!(p.ready);
+        // Nulls where the apiserver may send them.
+        let sparse: WatchedPod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "x", "namespace": "y", "labels": null},
+            "spec": {"containers": [{"name": "c", "ports": null}]},
+            "status": null,
+        }))
+        .unwrap();
+        let p = PodInfo::from_watched(&sparse).unwrap();
+        assert!(p.ports.is_empty() && p.labels.is_empty() && !p.ready);
+    }
 
     #[test]
     fn a_pod_held_back_only_by_our_gate_counts_as_ready() {

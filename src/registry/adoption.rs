@@ -25,7 +25,7 @@
 //! is kept apart from the status shown, so a replica that learns the registration from another
 //! learns the client's word, not the pod's; the status shown reaches Java peers from the leader.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::{
     Action, Entry, Holding, Outcome, PodOwner, Registry, Replication, Reply, Writer,
@@ -124,7 +124,8 @@ impl Stored {
 /// The claims, by pod and by endpoint.
 #[derive(Debug, Default)]
 pub(super) struct Claims {
-    by_owner: HashMap<PodOwner, Stored>,
+    /// Sorted, so that one EurekaApp's claims are a range.
+    by_owner: BTreeMap<PodOwner, Stored>,
     by_key: HashMap<ClaimKey, BTreeSet<PodOwner>>,
 }
 
@@ -476,11 +477,13 @@ impl Registry {
                 if let Holding::Adopted(a) = &mut entry.holding
                     && a.owner != owner
                 {
-                    a.owner = owner;
+                    let from = std::mem::replace(&mut a.owner, owner.clone());
+                    self.owners.moved(app, id, Some(&from), Some(&owner));
                     changed = true;
                 }
             }
             Origin::Native | Origin::Replicated => {
+                self.owners.moved(app, id, None, Some(&owner));
                 entry.holding = Holding::Adopted(Adoption {
                     owner,
                     base,
@@ -508,6 +511,7 @@ impl Registry {
             return;
         };
         let (base, raw) = (a.base, a.raw);
+        self.owners.moved(app, id, Some(&a.owner), None);
         entry.holding = match base {
             Origin::Replicated => Holding::Replicated,
             _ => Holding::Native,
@@ -550,10 +554,16 @@ impl Registry {
 
     /// The claims of one EurekaApp (pods that are gone excluded).
     pub fn claims_of(&self, namespace: &str, eureka_app: &str) -> Vec<(PodOwner, ClaimState)> {
+        let from = PodOwner {
+            namespace: namespace.to_string(),
+            eureka_app: eureka_app.to_string(),
+            pod: String::new(),
+        };
         self.claims
             .by_owner
-            .iter()
-            .filter(|(o, s)| s.gone_until.is_none() && o.namespace == namespace && o.eureka_app == eureka_app)
+            .range(from..)
+            .take_while(|(o, _)| o.namespace == namespace && o.eureka_app == eureka_app)
+            .filter(|(_, s)| s.gone_until.is_none())
             .map(|(o, s)| (o.clone(), s.claim.state))
             .collect()
     }
@@ -570,9 +580,7 @@ impl Registry {
 
     /// The adopted registrations of one EurekaApp.
     pub fn adopted_of(&self, namespace: &str, eureka_app: &str) -> Vec<(PodOwner, InstanceView)> {
-        self.apps
-            .values()
-            .flat_map(|entries| entries.values())
+        self.owned_by(namespace, eureka_app)
             .filter_map(|e| match &e.holding {
                 Holding::Adopted(a) if a.owner.namespace == namespace && a.owner.eureka_app == eureka_app => {
                     Some((a.owner.clone(), self.view(e)))
