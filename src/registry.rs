@@ -657,36 +657,9 @@ impl Registry {
         let id = incoming.id().to_string();
         let replication = writer.is_replication();
         let existing = self.apps.get(&app).and_then(|a| a.get(&id)).cloned();
-        if let Some(Entry {
-            holding: Holding::Pod { owner, .. },
-            ..
-        }) = &existing
-        {
-            return Outcome::reply(Reply::Refused(format!(
-                "instance {id} of {app} is managed by {owner}; change it there"
-            )));
-        }
-        if let Err(e) = self.admit(&incoming, existing.as_ref().map(|e| &*e.info)) {
-            return Outcome::reply(Reply::OverLimit(e));
-        }
-        // A pod of an adopting EurekaApp: adopted, or refused once the pod is gone.
-        let adopter = match self.decide_adoption(&incoming, now) {
-            Decision::None => None,
-            Decision::Adopt(owner) => Some(owner),
-            Decision::Refuse(message) => return Outcome::reply(Reply::Refused(message)),
-        };
-        // One endpoint has one process: a newer registration from it supersedes older ones.
-        let superseded = match &adopter {
-            Some(owner) => {
-                let siblings = self.adopted_siblings(owner, &app, &id);
-                if let Some((newer, _)) = siblings.iter().find(|(_, d)| *d > incoming.last_dirty_timestamp) {
-                    return Outcome::reply(Reply::Refused(format!(
-                        "instance {id} of {app} is older than {newer}, registered since from the same pod ({owner})"
-                    )));
-                }
-                siblings
-            }
-            None => Vec::new(),
+        let (adopter, superseded) = match self.admit_registration(&incoming, existing.as_ref(), now) {
+            Ok(admitted) => admitted,
+            Err(reply) => return Outcome::reply(reply),
         };
         let counted_before = existing.as_ref().map(|e| e.holding.counted());
         match (counted_before, adopter.is_none()) {
@@ -696,45 +669,13 @@ impl Registry {
         }
         let incoming_status = incoming.status;
         let duration_secs = incoming.lease.normalised().duration_secs;
-        // A stored copy that is strictly newer wins over the registration (which is still what
-        // peers are told about).
-        let (mut registrant, stale_incoming) = match &existing {
-            Some(e) if e.info.last_dirty_timestamp > incoming.last_dirty_timestamp => {
-                (Self::native_info(e), Some(incoming))
-            }
-            Some(e)
-                if writer == Writer::JAVA
-                    && matches!(&e.holding, Holding::Adopted(a) if a.raw_known && a.raw != e.info.status)
-                    && incoming.status == e.info.status =>
-            {
-                // A Java peer hands back the status the pod imposes here (Java keeps a lease's
-                // UP/OUT_OF_SERVICE against its client's registrations): the client's stays.
-                let mut registrant = incoming;
-                registrant.status = Self::native_status(e);
-                (registrant, None)
-            }
-            _ => (incoming, None),
-        };
+        let (mut registrant, stale_incoming) = Self::registrant(incoming, existing.as_ref(), writer);
         let mut lease = Lease::new(now, duration_secs);
         if let Some(e) = &existing {
             lease.service_up_ts = e.lease.service_up_ts;
         }
         self.push_recent_registered(now, &app, &id);
-
-        // The registrant may carry an override (initial state transfer from a peer or client).
-        if registrant.overridden_status != Status::Unknown && !self.overrides.contains_key(&id) {
-            self.overrides.insert(
-                id.clone(),
-                OverrideEntry {
-                    status: registrant.overridden_status,
-                    accessed: now,
-                },
-            );
-        }
-        let override_status = self.access_override(&id, now);
-        if let Some(o) = override_status {
-            registrant.overridden_status = o;
-        }
+        let override_status = self.take_override(&mut registrant, &id, now);
         let status = rules::resolve(
             registrant.status,
             override_status,
@@ -766,40 +707,19 @@ impl Registry {
         }
         registrant.action_type = Some(ActionType::Added);
         registrant.last_updated_timestamp = now;
-        self.put(
-            Entry {
-                info: Arc::new(registrant),
-                lease,
-                holding,
-                copied: copy,
-            },
-            now,
-        );
+        let entry = Entry {
+            info: Arc::new(registrant),
+            lease,
+            holding,
+            copied: copy,
+        };
+        self.put(entry, now);
         self.totals.registrations += 1;
 
         let mut outcome = Outcome::reply(Reply::Registered);
-        {
-            // Java replicates the registration as received: when the stored copy was newer and
-            // kept, peers still get the incoming (stale) one and resolve it by its timestamp.
-            // An adopted registration goes out as the client's (the replicas impose the pod's
-            // status themselves).
-            let stored = self.replica_view(&app, &id).expect("just registered");
-            let mut instance = stored.clone();
-            if let Some(incoming) = stale_incoming {
-                instance.info = Arc::new(incoming);
-            }
-            outcome.replicate.push(Replication {
-                action: Action::Register,
-                app: app.clone(),
-                id: id.clone(),
-                last_dirty_timestamp: Some(instance.info.last_dirty_timestamp),
-                status: Some(instance.info.status),
-                overridden_status: None,
-                instance: Some(instance),
-                origin: stored.origin,
-                writer,
-            });
-        }
+        outcome
+            .replicate
+            .push(self.registration_record(&app, &id, stale_incoming, writer));
         if adopter.is_some() {
             let shown = self.view_of(&app, &id).expect("just registered");
             // Java peers get the status shown here from the leader (not back to a Java peer
@@ -812,6 +732,117 @@ impl Registry {
             }
         }
         outcome
+    }
+
+    /// Whether a registration may be stored: not over a pod instance, within the caps, and, for
+    /// a pod of an adopting EurekaApp, adopted (with the older registrations of the same pod it
+    /// supersedes) or refused once the pod is gone or a newer one came from it.
+    #[allow(clippy::type_complexity)]
+    fn admit_registration(
+        &self,
+        incoming: &InstanceInfo,
+        existing: Option<&Entry>,
+        now: i64,
+    ) -> Result<(Option<PodOwner>, Vec<(String, i64)>), Reply> {
+        let (app, id) = (&incoming.app, incoming.id());
+        if let Some(Entry {
+            holding: Holding::Pod { owner, .. },
+            ..
+        }) = existing
+        {
+            return Err(Reply::Refused(format!(
+                "instance {id} of {app} is managed by {owner}; change it there"
+            )));
+        }
+        self.admit(incoming, existing.map(|e| &*e.info))
+            .map_err(Reply::OverLimit)?;
+        let owner = match self.decide_adoption(incoming, now) {
+            Decision::None => return Ok((None, Vec::new())),
+            Decision::Adopt(owner) => owner,
+            Decision::Refuse(message) => return Err(Reply::Refused(message)),
+        };
+        // One endpoint has one process: a newer registration from it supersedes older ones.
+        let siblings = self.adopted_siblings(&owner, app, id);
+        if let Some((newer, _)) = siblings.iter().find(|(_, d)| *d > incoming.last_dirty_timestamp) {
+            return Err(Reply::Refused(format!(
+                "instance {id} of {app} is older than {newer}, registered since from the same pod ({owner})"
+            )));
+        }
+        Ok((Some(owner), siblings))
+    }
+
+    /// What is stored for a registration, and the incoming one when a strictly newer stored copy
+    /// wins over it (the incoming one is still what peers are told about).
+    fn registrant(
+        incoming: InstanceInfo,
+        existing: Option<&Entry>,
+        writer: Writer,
+    ) -> (InstanceInfo, Option<InstanceInfo>) {
+        match existing {
+            Some(e) if e.info.last_dirty_timestamp > incoming.last_dirty_timestamp => {
+                (Self::native_info(e), Some(incoming))
+            }
+            Some(e)
+                if writer == Writer::JAVA
+                    && matches!(&e.holding, Holding::Adopted(a) if a.raw_known && a.raw != e.info.status)
+                    && incoming.status == e.info.status =>
+            {
+                // A Java peer hands back the status the pod imposes here (Java keeps a lease's
+                // UP/OUT_OF_SERVICE against its client's registrations): the client's stays.
+                let mut registrant = incoming;
+                registrant.status = Self::native_status(e);
+                (registrant, None)
+            }
+            _ => (incoming, None),
+        }
+    }
+
+    /// The override a registration is subject to: one it carries (an initial state transfer
+    /// from a peer or client) is remembered unless one is already known; the known one wins.
+    fn take_override(&mut self, registrant: &mut InstanceInfo, id: &str, now: i64) -> Option<Status> {
+        if registrant.overridden_status != Status::Unknown && !self.overrides.contains_key(id) {
+            self.overrides.insert(
+                id.to_string(),
+                OverrideEntry {
+                    status: registrant.overridden_status,
+                    accessed: now,
+                },
+            );
+        }
+        let override_status = self.access_override(id, now);
+        if let Some(o) = override_status {
+            registrant.overridden_status = o;
+        }
+        override_status
+    }
+
+    /// The record peers get for a registration. Java replicates the registration as received:
+    /// when the stored copy was newer and kept, peers still get the incoming (stale) one and
+    /// resolve it by its timestamp. An adopted registration goes out as the client's (the
+    /// replicas impose the pod's status themselves).
+    fn registration_record(
+        &self,
+        app: &str,
+        id: &str,
+        stale_incoming: Option<InstanceInfo>,
+        writer: Writer,
+    ) -> Replication {
+        let stored = self.replica_view(app, id).expect("just registered");
+        let mut instance = stored.clone();
+        if let Some(incoming) = stale_incoming {
+            instance.info = Arc::new(incoming);
+        }
+        Replication {
+            action: Action::Register,
+            app: app.to_string(),
+            id: id.to_string(),
+            last_dirty_timestamp: Some(instance.info.last_dirty_timestamp),
+            status: Some(instance.info.status),
+            overridden_status: None,
+            instance: Some(instance),
+            origin: stored.origin,
+            writer,
+        }
     }
 
     /// Whether the caps let a client or peer store `info` in place of `replaced` (the instance
