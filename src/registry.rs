@@ -1197,96 +1197,127 @@ impl Registry {
             .get(&app)
             .and_then(|a| a.get(&id))
             .map(|e| (e.holding.clone(), e.info.clone()));
-        let rest = match existing.as_ref().map(|(o, _)| o) {
-            // A pending REST override lasts until the annotation changes: to record it, or to
-            // anything else (a `kubectl annotate` after the REST call wins; the annotation is the
-            // truth, and a new leader never writes an older REST value over it).
-            Some(Holding::Pod {
-                owner: held_by,
-                rest,
-                overrides: seen,
-                ..
-            }) if *held_by == owner => {
-                rest.filter(|r| !r.persisted(overrides.annotation) && seen.annotation == overrides.annotation)
-            }
-            Some(Holding::Pod { owner: held_by, .. }) => {
-                return Outcome::reply(Reply::Refused(format!("instance id {id} is already held by {held_by}")));
-            }
-            // The pod's own client registered under the id the operator gives it (the same IP
-            // and port: the same process): the pod instance takes the registration over, with
-            // no gap and no duplicate (a service moving from its own client to the operator).
-            Some(held)
-                if existing
-                    .as_ref()
-                    .is_some_and(|(_, e)| e.ip_addr == info.ip_addr && e.port.port == info.port.port) =>
-            {
-                if held.counted() {
-                    self.preservation.client_cancelled();
-                }
-                self.overrides.remove(&id);
-                None
-            }
-            Some(_) => {
-                return Outcome::reply(Reply::Refused(format!(
-                    "instance id {id} is already held by a natively registered Eureka client"
-                )));
-            }
-            None => None,
+        let rest = match self.claim_for_pod(&info, &owner, overrides, existing.as_ref()) {
+            Ok(rest) => rest,
+            Err(reply) => return Outcome::reply(reply),
         };
         let taken_over = existing.as_ref().is_some_and(|(h, _)| !h.is_pod());
         let reported = info.status;
         let effective_override = effective_override(overrides, rest);
         info.overridden_status = effective_override;
         info.status = pod_status(reported, effective_override);
-        let origin = Holding::Pod {
+        let holding = Holding::Pod {
             owner,
             reported,
             overrides,
             rest,
         };
-
-        if let Some((_, existing)) = existing {
-            let mut candidate = info.clone();
-            candidate.last_dirty_timestamp = existing.last_dirty_timestamp;
-            let entry = self.apps.get_mut(&app).and_then(|a| a.get_mut(&id)).expect("present");
-            // The origin always takes the latest intent, even when the instance stays the same.
-            let before = std::mem::replace(&mut entry.holding, origin);
-            self.owners.moved(&app, &id, before.owner(), entry.holding.owner());
-            let before = before.kind();
-            if taken_over {
-                entry.copied = false;
-                if let Some(n) = self.by_origin.get_mut(&before) {
-                    *n = n.saturating_sub(1);
-                }
-                *self.by_origin.entry(Origin::Pod).or_default() += 1;
-            } else if existing.same_description(&candidate) {
-                return Outcome::reply(Reply::Unchanged);
-            }
-            entry.lease.duration_ms = i64::from(info.lease.normalised().duration_secs) * 1000;
-            if info.status == Status::Up {
-                entry.lease.service_up(now);
-            }
-            let mut replaced = info;
-            replaced.last_dirty_timestamp = now.max(existing.last_dirty_timestamp.saturating_add(1));
-            self.modify(&app, &id, now, move |info| {
-                *info = InstanceInfo {
-                    action_type: info.action_type,
-                    ..replaced
-                };
-            });
-            let view = self.view_of(&app, &id).expect("present");
-            let mut replicate = vec![pod_replication(Action::Register, &view)];
-            if existing.overridden_status != Status::Unknown && view.info.overridden_status == Status::Unknown {
-                // Java peers keep an override until it is deleted explicitly.
-                replicate.push(pod_replication(Action::DeleteStatusOverride, &view));
-            }
-            return Outcome {
-                reply: Reply::Ok,
-                replicate,
-                pod_override: None,
-            };
+        match existing {
+            Some((_, existing)) => self.update_pod(info, holding, &existing, taken_over, now),
+            None => self.insert_pod(info, holding, now),
         }
+    }
 
+    /// Whether a pod instance may take its id, and the pending REST override it keeps. Refused
+    /// when another pod or a foreign native client holds the id; the pod's own client (same IP
+    /// and port) is taken over.
+    fn claim_for_pod(
+        &mut self,
+        info: &InstanceInfo,
+        owner: &PodOwner,
+        overrides: PodOverrides,
+        existing: Option<&(Holding, Arc<InstanceInfo>)>,
+    ) -> Result<Option<RestOverride>, Reply> {
+        let id = info.id();
+        match existing {
+            // A pending REST override lasts until the annotation changes: to record it, or to
+            // anything else (a `kubectl annotate` after the REST call wins; the annotation is the
+            // truth, and a new leader never writes an older REST value over it).
+            Some((
+                Holding::Pod {
+                    owner: held_by,
+                    rest,
+                    overrides: seen,
+                    ..
+                },
+                _,
+            )) if held_by == owner => {
+                Ok(rest.filter(|r| !r.persisted(overrides.annotation) && seen.annotation == overrides.annotation))
+            }
+            Some((Holding::Pod { owner: held_by, .. }, _)) => {
+                Err(Reply::Refused(format!("instance id {id} is already held by {held_by}")))
+            }
+            // The pod's own client registered under the id the operator gives it (the same IP
+            // and port: the same process): the pod instance takes the registration over, with
+            // no gap and no duplicate (a service moving from its own client to the operator).
+            Some((held, e)) if e.ip_addr == info.ip_addr && e.port.port == info.port.port => {
+                if held.counted() {
+                    self.preservation.client_cancelled();
+                }
+                self.overrides.remove(id);
+                Ok(None)
+            }
+            Some(_) => Err(Reply::Refused(format!(
+                "instance id {id} is already held by a natively registered Eureka client"
+            ))),
+            None => Ok(None),
+        }
+    }
+
+    /// A pod instance whose id is stored: the holding always takes the latest intent; the
+    /// description changes (with a newer dirty timestamp) only when it differs.
+    fn update_pod(
+        &mut self,
+        info: InstanceInfo,
+        holding: Holding,
+        existing: &InstanceInfo,
+        taken_over: bool,
+        now: i64,
+    ) -> Outcome {
+        let (app, id) = (info.app.clone(), info.id().to_string());
+        let mut candidate = info.clone();
+        candidate.last_dirty_timestamp = existing.last_dirty_timestamp;
+        let entry = self.apps.get_mut(&app).and_then(|a| a.get_mut(&id)).expect("present");
+        let before = std::mem::replace(&mut entry.holding, holding);
+        self.owners.moved(&app, &id, before.owner(), entry.holding.owner());
+        let before = before.kind();
+        if taken_over {
+            entry.copied = false;
+            if let Some(n) = self.by_origin.get_mut(&before) {
+                *n = n.saturating_sub(1);
+            }
+            *self.by_origin.entry(Origin::Pod).or_default() += 1;
+        } else if existing.same_description(&candidate) {
+            return Outcome::reply(Reply::Unchanged);
+        }
+        entry.lease.duration_ms = i64::from(info.lease.normalised().duration_secs) * 1000;
+        if info.status == Status::Up {
+            entry.lease.service_up(now);
+        }
+        let mut replaced = info;
+        replaced.last_dirty_timestamp = now.max(existing.last_dirty_timestamp.saturating_add(1));
+        self.modify(&app, &id, now, move |info| {
+            *info = InstanceInfo {
+                action_type: info.action_type,
+                ..replaced
+            };
+        });
+        let view = self.view_of(&app, &id).expect("present");
+        let mut replicate = vec![pod_replication(Action::Register, &view)];
+        if existing.overridden_status != Status::Unknown && view.info.overridden_status == Status::Unknown {
+            // Java peers keep an override until it is deleted explicitly.
+            replicate.push(pod_replication(Action::DeleteStatusOverride, &view));
+        }
+        Outcome {
+            reply: Reply::Ok,
+            replicate,
+            pod_override: None,
+        }
+    }
+
+    /// A new pod instance.
+    fn insert_pod(&mut self, mut info: InstanceInfo, holding: Holding, now: i64) -> Outcome {
+        let (app, id) = (info.app.clone(), info.id().to_string());
         let mut lease = Lease::new(now, info.lease.normalised().duration_secs);
         if info.status == Status::Up {
             lease.service_up(now);
@@ -1299,7 +1330,7 @@ impl Registry {
             Entry {
                 info: Arc::new(info),
                 lease,
-                holding: origin,
+                holding,
                 copied: false,
             },
             now,
