@@ -140,7 +140,7 @@ fn eureka_routes(api: &Api) -> Router<Api> {
         )
         .route(
             "/apps/{app}/{id}/status",
-            observed("instance_status", put(set_status).delete(delete_status)),
+            observed("instance_status", put(status_override).delete(status_override)),
         )
         .route(
             "/apps/{app}/{id}/metadata",

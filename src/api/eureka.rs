@@ -5,7 +5,7 @@ use axum::{
     Extension,
     body::Body,
     extract::{RawQuery, State},
-    http::{HeaderMap, StatusCode},
+    http::{HeaderMap, Method, StatusCode},
     response::Response,
 };
 
@@ -190,30 +190,22 @@ pub async fn cancel(
     reply(api.state.apply(command).reply, &headers)
 }
 
-/// `PUT apps/{app}/{id}/status?value=`: a status override.
-pub async fn set_status(
+/// `PUT apps/{app}/{id}/status?value=` sets a status override; `DELETE` removes it (with
+/// `value`, the status to fall back to).
+pub async fn status_override(
     State(api): State<Api>,
+    method: Method,
     path: InstancePath,
     auth: Option<Extension<Caller>>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    status_override(&api, path, caller(auth), true, query.as_deref(), &headers)
-}
-
-/// `DELETE apps/{app}/{id}/status`: the override removed (with `value`, the status to fall back to).
-pub async fn delete_status(
-    State(api): State<Api>,
-    path: InstancePath,
-    auth: Option<Extension<Caller>>,
-    RawQuery(query): RawQuery,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    status_override(&api, path, caller(auth), false, query.as_deref(), &headers)
+    let set = method == Method::PUT;
+    change_override(&api, path, caller(auth), set, query.as_deref(), &headers)
 }
 
 #[tracing::instrument(level = "debug", skip_all, fields(app = %app, id = %id, set))]
-fn status_override(
+fn change_override(
     api: &Api,
     InstancePath { app, id }: InstancePath,
     caller: Caller,

@@ -53,21 +53,7 @@ impl ClientView {
             .get(&format!("/seen-all{}/{app}", self.suffix))
             .await
             .unwrap_or_default();
-        let mut out: Vec<(String, String)> = v
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|i| {
-                        (
-                            i["id"].as_str().unwrap_or("").to_string(),
-                            i["status"].as_str().unwrap_or("").to_string(),
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        out.sort();
-        out
+        super::eureka::id_status_pairs(&v)
     }
 }
 

@@ -422,23 +422,27 @@ impl SpringClient {
 
     /// `[(id, status)]` of every instance of `app` in the client's registry copy.
     pub async fn seen_all(&self, app: &str) -> Vec<(String, String)> {
-        let v = self.get(&format!("/seen-all/{app}")).await;
-        let mut out: Vec<(String, String)> = v
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|i| {
-                        (
-                            i["id"].as_str().unwrap_or("").to_string(),
-                            i["status"].as_str().unwrap_or("").to_string(),
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        out.sort();
-        out
+        id_status_pairs(&self.get(&format!("/seen-all/{app}")).await)
     }
+}
+
+/// `[{"id", "status"}]` as a test client app reports its registry copy: sorted `(id, status)`.
+pub fn id_status_pairs(v: &Value) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = v
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|i| {
+                    (
+                        i["id"].as_str().unwrap_or("").to_string(),
+                        i["status"].as_str().unwrap_or("").to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
 }
 
 // === the Python and Node client peers ===
