@@ -583,8 +583,9 @@ fn decompress(body: &[u8], gzip: bool) -> Vec<u8> {
     out
 }
 
-/// One `GET` with the Spring client's headers: wire and raw size, and how many instances it holds.
-async fn inspect(client: &reqwest::Client, url: &str) -> Result<(PayloadInfo, Vec<u8>), String> {
+/// One `GET` with the Spring client's headers: the wire size, whether it came gzipped, and the
+/// decompressed body.
+async fn fetch_raw(client: &reqwest::Client, url: &str) -> Result<(usize, bool, Vec<u8>), String> {
     let resp = client
         .get(url)
         .header(ACCEPT, "application/json")
@@ -601,7 +602,12 @@ async fn inspect(client: &reqwest::Client, url: &str) -> Result<(PayloadInfo, Ve
     if !status.is_success() {
         return Err(format!("{url}: {status}"));
     }
-    let raw = decompress(&body, gzip);
+    Ok((body.len(), gzip, decompress(&body, gzip)))
+}
+
+/// One `GET` with the Spring client's headers: wire and raw size, and how many instances it holds.
+async fn inspect(client: &reqwest::Client, url: &str) -> Result<(PayloadInfo, Vec<u8>), String> {
+    let (wire, gzip, raw) = fetch_raw(client, url).await?;
     let doc: Value = serde_json::from_slice(&raw).map_err(|e| format!("{url}: not JSON: {e}"))?;
     let apps = &doc["applications"]["application"];
     let count = |app: &Value| match &app["instance"] {
@@ -616,7 +622,7 @@ async fn inspect(client: &reqwest::Client, url: &str) -> Result<(PayloadInfo, Ve
     };
     Ok((
         PayloadInfo {
-            wire: body.len(),
+            wire,
             raw: raw.len(),
             instances,
             gzip,
@@ -641,7 +647,8 @@ async fn visibility_probe(load: Arc<Load>, timeout: Duration) -> Option<Duration
     register?;
     let start = Instant::now();
     while start.elapsed() < timeout {
-        if let Ok((_, raw)) = inspect(&load.client, &load.full_url).await
+        // Searched as bytes: parsing 10 MB here would time the probe, not the server.
+        if let Ok((_, _, raw)) = fetch_raw(&load.client, &load.full_url).await
             && raw.windows(PROBE_ID.len()).any(|w| w == PROBE_ID.as_bytes())
         {
             return Some(start.elapsed());

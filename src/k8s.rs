@@ -89,104 +89,175 @@ pub fn start(
     supervisor: &mut Supervisor,
 ) -> Result<Cluster, Error> {
     let client = Client::try_from(config).map_err(Error::Client)?;
-    let leader_rx = wiring.leader.subscribe();
-    let identity = settings.lease.identity.clone();
-    tracing::info!(lease = %format!("{}/{}", settings.lease.namespace, settings.lease.name), identity = %identity, "running the controller");
+    let leader = wiring.leader.subscribe();
+    tracing::info!(lease = %format!("{}/{}", settings.lease.namespace, settings.lease.name), identity = %settings.lease.identity, "running the controller");
     let shutdown = supervisor.shutdown();
     supervisor.spawn(
         "lease election",
         Expect::RunsForever,
         lease_task(client.clone(), settings.lease.clone(), wiring.leader, shutdown),
     );
-
-    let (id_tx, id_rx) = channel::channel(settings.cluster_id.clone());
-    let controller_metrics = controller::Metrics::default();
-    let override_metrics = overrides::Metrics::default();
-    let watch_errors = Counter::default();
-    wiring.metrics.with_prometheus(|r| {
-        controller_metrics.register(r);
-        override_metrics.register(r);
-        r.register(
-            "replica_discovery_watch_errors",
-            "EndpointSlice watch errors (retried with backoff)",
-            watch_errors.clone(),
-        );
-    });
-
-    let wake = Arc::new(Notify::new());
-    wiring.state.add_listener(Arc::new(overrides::Waker(wake.clone())));
-    supervisor.spawn(
-        "status override persister",
-        Expect::RunsForever,
-        overrides::run(
-            client.clone(),
-            wiring.state.clone(),
-            leader_rx.clone(),
-            wake,
-            settings.max_backoff,
-            override_metrics,
-            supervisor.shutdown(),
-        ),
+    let metrics = SubsystemMetrics::registered(&wiring.metrics);
+    start_override_persister(
+        &client,
+        &settings,
+        &wiring.state,
+        leader.clone(),
+        metrics.overrides,
+        supervisor,
     );
+    let (id_tx, id_rx) = channel::channel(settings.cluster_id.clone());
+    let controller = ControllerWiring {
+        client: client.clone(),
+        leader,
+        metrics: metrics.controller,
+        cluster_id: id_tx,
+        state: wiring.state,
+        health: wiring.health.clone(),
+        reconciled: wiring.reconciled,
+        peers: wiring.peers,
+        peer_client: wiring.peer_client,
+    };
+    start_controller(settings.clone(), controller, supervisor);
+    let discovered = start_replica_discovery(
+        client,
+        settings,
+        metrics.discovery_watch_errors,
+        wiring.health,
+        supervisor,
+    );
+    Ok(Cluster {
+        cluster_id: id_rx,
+        discovered,
+    })
+}
 
-    let recorder = kube::runtime::events::Recorder::new(
+/// The metrics of the cluster subsystem's tasks, registered once.
+struct SubsystemMetrics {
+    controller: controller::Metrics,
+    overrides: overrides::Metrics,
+    discovery_watch_errors: Counter,
+}
+
+impl SubsystemMetrics {
+    fn registered(metrics: &crate::metrics::Metrics) -> Self {
+        let this = Self {
+            controller: controller::Metrics::default(),
+            overrides: overrides::Metrics::default(),
+            discovery_watch_errors: Counter::default(),
+        };
+        metrics.with_prometheus(|r| {
+            this.controller.register(r);
+            this.overrides.register(r);
+            r.register(
+                "replica_discovery_watch_errors",
+                "EndpointSlice watch errors (retried with backoff)",
+                this.discovery_watch_errors.clone(),
+            );
+        });
+        this
+    }
+}
+
+/// Writes REST status overrides of pod instances onto their pods, woken by registry changes.
+fn start_override_persister(
+    client: &Client,
+    settings: &Settings,
+    state: &AppState,
+    leader: channel::Receiver<bool>,
+    metrics: overrides::Metrics,
+    supervisor: &mut Supervisor,
+) {
+    let wake = Arc::new(Notify::new());
+    state.add_listener(Arc::new(overrides::Waker(wake.clone())));
+    let task = overrides::run(
         client.clone(),
+        state.clone(),
+        leader,
+        wake,
+        settings.max_backoff,
+        metrics,
+        supervisor.shutdown(),
+    );
+    supervisor.spawn("status override persister", Expect::RunsForever, task);
+}
+
+/// What the controller task takes from the subsystem.
+struct ControllerWiring {
+    client: Client,
+    leader: channel::Receiver<bool>,
+    metrics: controller::Metrics,
+    /// Told the cluster id once it is known.
+    cluster_id: channel::Sender<Option<String>>,
+    state: AppState,
+    health: Arc<Health>,
+    reconciled: Condition,
+    peers: channel::Receiver<Vec<crate::replication::Peer>>,
+    peer_client: crate::replication::client::PeerClient,
+}
+
+/// The controller: it learns the cluster id, then reconciles until shutdown.
+fn start_controller(settings: Settings, wiring: ControllerWiring, supervisor: &mut Supervisor) {
+    let recorder = kube::runtime::events::Recorder::new(
+        wiring.client.clone(),
         kube::runtime::events::Reporter {
             controller: "eureka-operator".into(),
-            instance: Some(identity),
+            instance: Some(settings.lease.identity.clone()),
         },
     );
     let shutdown = supervisor.shutdown();
-    let ctl_client = client.clone();
-    let health = wiring.health.clone();
-    let state = wiring.state.clone();
-    let reconciled = wiring.reconciled;
-    let ctl_settings = settings.clone();
-    let (peers, peer_client) = (wiring.peers, wiring.peer_client);
     supervisor.spawn("controller", Expect::RunsForever, async move {
-        reconciled.waiting("waiting for the cluster id");
-        let cluster_id = cluster_id(&ctl_client, ctl_settings.cluster_id.as_deref(), &shutdown).await?;
-        let Some(cluster_id) = cluster_id else { return Ok(()) };
+        wiring.reconciled.waiting("waiting for the cluster id");
+        let Some(cluster_id) = cluster_id(&wiring.client, settings.cluster_id.as_deref(), &shutdown).await? else {
+            return Ok(());
+        };
         tracing::info!(cluster_id = %cluster_id, "cluster identity");
-        id_tx.send_replace(Some(cluster_id.clone()));
+        wiring.cluster_id.send_replace(Some(cluster_id.clone()));
         let controller_settings = controller::Settings {
             cluster_id,
-            cluster_domain: ctl_settings.cluster_domain,
-            namespaces: ctl_settings.namespaces,
-            max_backoff: ctl_settings.max_backoff,
-            watch_max_backoff: ctl_settings.watch_max_backoff,
-            sweep_interval: ctl_settings.sweep_interval,
+            cluster_domain: settings.cluster_domain,
+            namespaces: settings.namespaces,
+            max_backoff: settings.max_backoff,
+            watch_max_backoff: settings.watch_max_backoff,
+            sweep_interval: settings.sweep_interval,
         };
         let parts = controller::Parts {
-            client: ctl_client,
-            state,
-            leader: leader_rx,
+            client: wiring.client,
+            state: wiring.state,
+            leader: wiring.leader,
             recorder,
-            metrics: controller_metrics,
-            health,
-            complete: reconciled,
-            peers,
-            peer_client,
+            metrics: wiring.metrics,
+            health: wiring.health,
+            complete: wiring.reconciled,
+            peers: wiring.peers,
+            peer_client: wiring.peer_client,
         };
         controller::run(controller_settings, parts, shutdown).await
     });
+}
 
+/// Watches the headless Service's EndpointSlices for the other replicas; without
+/// `--peer-service` the list is empty from the start.
+fn start_replica_discovery(
+    client: Client,
+    settings: Settings,
+    watch_errors: Counter,
+    health: Arc<Health>,
+    supervisor: &mut Supervisor,
+) -> channel::Receiver<Option<Vec<peers::ReplicaEndpoint>>> {
     let (found_tx, found_rx) = channel::channel(Some(Vec::new()));
-    if let Some((namespace, name)) = settings.peer_service {
+    if let Some(service) = settings.peer_service {
         found_tx.send_replace(None);
-        supervisor.spawn(
-            "replica discovery",
-            Expect::RunsForever,
-            peers::watch_replicas(
-                client,
-                (namespace, name),
-                settings.me,
-                found_tx,
-                watch::Backoff::new(settings.watch_max_backoff),
-                watch_errors,
-                wiring.health,
-            ),
+        let task = peers::watch_replicas(
+            client,
+            service,
+            settings.me,
+            found_tx,
+            watch::Backoff::new(settings.watch_max_backoff),
+            watch_errors,
+            health,
         );
+        supervisor.spawn("replica discovery", Expect::RunsForever, task);
     } else {
         // Keep the sender alive with the process, so the peer list never sees it close.
         let shutdown = supervisor.shutdown();
@@ -196,10 +267,7 @@ pub fn start(
             Ok(())
         });
     }
-    Ok(Cluster {
-        cluster_id: id_rx,
-        discovered: found_rx,
-    })
+    found_rx
 }
 
 /// The Lease election as a supervised task: it ends only on shutdown (after releasing the Lease).

@@ -133,104 +133,86 @@ fn gauge(encoder: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: i64) ->
 impl Collector for RegistryCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         let s = self.0.with_registry(|r, now| r.stats(now));
-        counter(
-            &mut encoder,
-            "registrations",
-            "Registrations (clients, peers and pods)",
-            s.totals.registrations,
-        )?;
-        counter(&mut encoder, "renewals", "Successful lease renewals", s.totals.renewals)?;
-        counter(
-            &mut encoder,
-            "cancellations",
-            "Cancelled leases",
-            s.totals.cancellations,
-        )?;
-        counter(&mut encoder, "evictions", "Expired leases evicted", s.totals.evictions)?;
-        counter(
-            &mut encoder,
-            "status_updates",
-            "Status override calls",
-            s.totals.status_updates,
-        )?;
-        counter(
-            &mut encoder,
-            "eviction_runs_held",
-            "Eviction runs held back by self-preservation",
-            s.totals.eviction_runs_held,
-        )?;
-        gauge(
-            &mut encoder,
-            "expired_leases",
-            "Expired leases not evicted yet",
-            s.expired as i64,
-        )?;
-        gauge(
-            &mut encoder,
-            "renews_last_min",
-            "Renewals in the last complete minute",
-            s.renews_last_min as i64,
-        )?;
-        gauge(
-            &mut encoder,
-            "renews_threshold",
-            "Renewals per minute below which self-preservation starts",
-            s.renews_threshold,
-        )?;
-        gauge(
-            &mut encoder,
-            "expected_clients",
-            "Clients expected to renew",
-            s.expected_clients,
-        )?;
-        gauge(
-            &mut encoder,
-            "self_preservation_active",
-            "1 while self-preservation holds back lease expiry",
-            i64::from(s.self_preservation_active),
-        )?;
-        gauge(
-            &mut encoder,
-            "lease_expiration_enabled",
-            "1 while expired leases are evicted",
-            i64::from(s.lease_expiration_enabled),
-        )?;
-        gauge(
-            &mut encoder,
-            "applications",
-            "Applications with instances",
-            s.applications as i64,
-        )?;
-        gauge(
-            &mut encoder,
-            "registry_version",
-            "Version of the registry contents",
-            s.version as i64,
-        )?;
-        {
-            let mut metric = encoder.encode_descriptor(
-                "instances",
-                "Registered instances by origin",
-                None,
-                prometheus_client::metrics::MetricType::Gauge,
-            )?;
-            for (origin, n) in s.by_origin {
-                ConstGauge::new(n as i64).encode(metric.encode_family(&OriginLabel {
-                    origin: origin.as_str(),
-                })?)?;
-            }
+        let counters = [
+            (
+                "registrations",
+                "Registrations (clients, peers and pods)",
+                s.totals.registrations,
+            ),
+            ("renewals", "Successful lease renewals", s.totals.renewals),
+            ("cancellations", "Cancelled leases", s.totals.cancellations),
+            ("evictions", "Expired leases evicted", s.totals.evictions),
+            ("status_updates", "Status override calls", s.totals.status_updates),
+            (
+                "eviction_runs_held",
+                "Eviction runs held back by self-preservation",
+                s.totals.eviction_runs_held,
+            ),
+        ];
+        for (name, help, v) in counters {
+            counter(&mut encoder, name, help, v)?;
         }
+        let gauges = [
+            ("expired_leases", "Expired leases not evicted yet", s.expired as i64),
+            (
+                "renews_last_min",
+                "Renewals in the last complete minute",
+                s.renews_last_min as i64,
+            ),
+            (
+                "renews_threshold",
+                "Renewals per minute below which self-preservation starts",
+                s.renews_threshold,
+            ),
+            ("expected_clients", "Clients expected to renew", s.expected_clients),
+            (
+                "self_preservation_active",
+                "1 while self-preservation holds back lease expiry",
+                i64::from(s.self_preservation_active),
+            ),
+            (
+                "lease_expiration_enabled",
+                "1 while expired leases are evicted",
+                i64::from(s.lease_expiration_enabled),
+            ),
+            ("applications", "Applications with instances", s.applications as i64),
+            ("registry_version", "Version of the registry contents", s.version as i64),
+        ];
+        for (name, help, v) in gauges {
+            gauge(&mut encoder, name, help, v)?;
+        }
+        by_origin_and_status(&mut encoder, &s)
+    }
+}
+
+/// The instance gauges labelled by origin and by status.
+fn by_origin_and_status(
+    encoder: &mut DescriptorEncoder<'_>,
+    s: &crate::registry::Stats,
+) -> Result<(), std::fmt::Error> {
+    {
         let mut metric = encoder.encode_descriptor(
-            "instances_by_status",
-            "Registered instances by status",
+            "instances",
+            "Registered instances by origin",
             None,
             prometheus_client::metrics::MetricType::Gauge,
         )?;
-        for status in Status::ALL {
-            ConstGauge::new(s.by_status.get(status) as i64).encode(metric.encode_family(&StatusLabel {
-                status: status.as_str(),
+        for (origin, n) in s.by_origin {
+            ConstGauge::new(n as i64).encode(metric.encode_family(&OriginLabel {
+                origin: origin.as_str(),
             })?)?;
         }
-        Ok(())
     }
+    let mut metric = encoder.encode_descriptor(
+        "instances_by_status",
+        "Registered instances by status",
+        None,
+        prometheus_client::metrics::MetricType::Gauge,
+    )?;
+    for status in Status::ALL {
+        ConstGauge::new(s.by_status.get(status) as i64).encode(metric.encode_family(&StatusLabel {
+            status: status.as_str(),
+        })?)?;
+    }
+    Ok(())
 }

@@ -521,25 +521,8 @@ impl Replicator {
             if q.stopped.load(Ordering::Acquire) {
                 return;
             }
-            let flushing = q.flushing.load(Ordering::Acquire);
-            let due = q
-                .batcher
-                .lock()
-                .due_at()
-                .map(|at| if flushing { Instant::now() } else { at });
-            let notified = q.notify.notified();
-            match due {
-                None => {
-                    notified.await;
-                    continue;
-                }
-                Some(at) if at > Instant::now() => {
-                    tokio::select! {
-                        _ = tokio::time::sleep_until(at) => {}
-                        _ = notified => continue,
-                    }
-                }
-                Some(_) => {}
+            if !batch_due(&q).await {
+                continue;
             }
             q.sending.store(true, Ordering::Release);
             let batch = self.take(&q);
@@ -561,19 +544,30 @@ impl Replicator {
                         tracing::info!(peer = %q.url.display(), "the peer accepts our credentials again");
                         self.health.clear(&q.health_source());
                     }
-                    self.metrics.batches.get_or_create(&labels).inc();
-                    self.metrics.sent.get_or_create(&labels).inc_by(batch.len() as u64);
-                    if responses.len() == batch.len() {
-                        for (task, response) in batch.iter().zip(responses) {
-                            self.handle_answer(&q, &task.record, response.status_code, response.entity);
-                        }
-                    } else {
-                        tracing::warn!(peer = %q.url.display(), "a peer answered a batch with the wrong number of items");
-                    }
+                    self.delivered(&q, &labels, &batch, responses);
                 }
                 Err(e) => self.failed(&q, batch, e, &mut backoff, &mut unauthorized).await,
             }
             q.sending.store(false, Ordering::Release);
+        }
+    }
+
+    /// Counts a delivered batch and handles the peer's answer to each of its items.
+    fn delivered(
+        &self,
+        q: &PeerQueue,
+        labels: &PeerLabels,
+        batch: &[Taken],
+        responses: Vec<crate::codec::batch::PeerResponse>,
+    ) {
+        self.metrics.batches.get_or_create(labels).inc();
+        self.metrics.sent.get_or_create(labels).inc_by(batch.len() as u64);
+        if responses.len() != batch.len() {
+            tracing::warn!(peer = %q.url.display(), "a peer answered a batch with the wrong number of items");
+            return;
+        }
+        for (task, response) in batch.iter().zip(responses) {
+            self.handle_answer(q, &task.record, response.status_code, response.entity);
         }
     }
 
@@ -744,6 +738,29 @@ fn cancel_record(info: &InstanceInfo, writer: Writer, origin: Origin) -> Replica
         instance: None,
         origin,
         writer,
+    }
+}
+
+/// Waits until a peer's next batch is due (at once while flushing). False when woken first, by
+/// a new task, a flush or a stop, so the sender looks again.
+async fn batch_due(q: &PeerQueue) -> bool {
+    let flushing = q.flushing.load(Ordering::Acquire);
+    let due = q
+        .batcher
+        .lock()
+        .due_at()
+        .map(|at| if flushing { Instant::now() } else { at });
+    let notified = q.notify.notified();
+    match due {
+        None => {
+            notified.await;
+            false
+        }
+        Some(at) if at > Instant::now() => tokio::select! {
+            _ = tokio::time::sleep_until(at) => true,
+            _ = notified => false,
+        },
+        Some(_) => true,
     }
 }
 

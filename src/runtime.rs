@@ -130,46 +130,29 @@ struct Shared {
 
 /// Runs the operator until it is asked to stop (`Ok`) or one of its tasks fails (`Err`).
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let Args {
-        bind,
-        admin_bind,
-        log: _,
-        log_format: _,
-        max_request_body_bytes,
-        shutdown_grace_ms,
-        serving,
-        server,
-        auth,
-        peers,
-        kubernetes,
-        limits,
-    } = args;
-    let mut supervisor = Supervisor::new(Duration::from_millis(shutdown_grace_ms));
+    let mut supervisor = Supervisor::new(Duration::from_millis(args.shutdown_grace_ms));
     tls::install_default_provider();
-    let server_tls = serving
-        .server_tls()
-        .map(ServerTls::load)
-        .transpose()
-        .context("failed to set up TLS for the Eureka API")?;
-    let shared = shared(&server, &limits, Health::new(supervisor.liveness()));
-    let access = auth.access()?;
-    let me = Identity::read(peers.replica_id.as_deref(), bind);
+    let guard = Guard {
+        tls: args
+            .serving
+            .server_tls()
+            .map(ServerTls::load)
+            .transpose()
+            .context("failed to set up TLS for the Eureka API")?,
+        access: args.auth.access()?,
+    };
+    let shared = shared(&args.server, &args.limits, Health::new(supervisor.liveness()));
+    let me = Identity::read(args.peers.replica_id.as_deref(), args.bind);
     // Completeness conditions are registered before anything serves.
     let synced = shared.health.condition("registry synced from peers");
 
     // The peer list is filled by the peers subsystem; the cluster subsystem reads it too.
     let (peers_tx, peers_rx) = watch::channel(Vec::new());
-    let mut replication_settings = peers.replication_settings(&me.replica, access.as_ref());
-    replication_settings.tls = serving
-        .peer_tls()
-        .map(|settings| tls::peer_tls(&settings))
-        .transpose()
-        .context("failed to set up TLS toward peers")?;
+    let replication_settings = replication_settings(&args.peers, &args.serving, &me, guard.access.as_ref())?;
     let peer_client = replication::client::PeerClient::from_settings(&replication_settings);
-
     let cluster = start_cluster(
-        &kubernetes,
-        &peers,
+        &args.kubernetes,
+        &args.peers,
         &me,
         &shared,
         peers_rx.clone(),
@@ -178,12 +161,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     )
     .await?;
     let own = peer_list::OwnAddress {
-        url: peers.my_url.as_deref().and_then(PeerUrl::parse),
-        bind,
+        url: args.peers.my_url.as_deref().and_then(PeerUrl::parse),
+        bind: args.bind,
         host: me.host.clone(),
     };
-    start_peer_list(&peers, own, server_tls.is_some(), &cluster, peers_tx, &mut supervisor)?;
-    let retries = server.sync_retries();
+    let https = guard.tls.is_some();
+    start_peer_list(&args.peers, own, https, &cluster, peers_tx, &mut supervisor)?;
+    let retries = args.server.sync_retries();
     start_replication(
         replication_settings,
         retries,
@@ -193,33 +177,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         synced,
         &mut supervisor,
     );
-
-    // Serve (before the sync ends, so replicas that start together can reach each other).
-    let api = Api {
-        state: shared.state.clone(),
-        metrics: shared.metrics,
-        health: shared.health,
-        max_body: max_request_body_bytes,
-        input: api::negotiate::Decoding::new(limits.input_limits()),
-        started_at: shared.started_at,
-        environment: kubernetes
-            .cluster_id
-            .clone()
-            .unwrap_or_else(|| if cluster.in_cluster { "kubernetes" } else { "standalone" }.into()),
-        peers: peers_rx,
-        leadership: cluster.in_cluster.then(|| cluster.leader.clone()),
-        identity: Arc::new(api::identity(&me.replica, &me.host, bind.port(), shared.started_at)),
-    };
-    let listeners = api::Listeners {
-        eureka: bind,
-        admin: admin_bind,
-        http: serving.http(),
-        tls: server_tls,
-    };
-    api::start(listeners, api, access, &mut supervisor).await?;
+    // Serve before the sync ends, so replicas that start together can reach each other.
+    start_api(&args, guard, &shared, &cluster, &me, peers_rx, &mut supervisor).await?;
     let timers = timers::run(
         shared.state,
-        server.intervals(),
+        args.server.intervals(),
         cluster.leader.clone(),
         supervisor.shutdown(),
     );
@@ -227,6 +189,70 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     supervisor.run(shutdown_signal()).await?;
     drop(cluster);
     Ok(())
+}
+
+/// What guards the Eureka listener: its TLS and the credentials it asks for.
+struct Guard {
+    tls: Option<Arc<ServerTls>>,
+    access: Option<api::auth::Access>,
+}
+
+/// The Eureka listener (API and dashboard) and the admin listener.
+async fn start_api(
+    args: &Args,
+    guard: Guard,
+    shared: &Shared,
+    cluster: &Cluster,
+    me: &Identity,
+    peers: watch::Receiver<Vec<replication::Peer>>,
+    supervisor: &mut Supervisor,
+) -> anyhow::Result<()> {
+    let environment = args
+        .kubernetes
+        .cluster_id
+        .clone()
+        .unwrap_or_else(|| if cluster.in_cluster { "kubernetes" } else { "standalone" }.into());
+    let api = Api {
+        state: shared.state.clone(),
+        metrics: shared.metrics.clone(),
+        health: shared.health.clone(),
+        max_body: args.max_request_body_bytes,
+        input: api::negotiate::Decoding::new(args.limits.input_limits()),
+        started_at: shared.started_at,
+        environment,
+        peers,
+        leadership: cluster.in_cluster.then(|| cluster.leader.clone()),
+        identity: Arc::new(api::identity(
+            &me.replica,
+            &me.host,
+            args.bind.port(),
+            shared.started_at,
+        )),
+    };
+    let listeners = api::Listeners {
+        eureka: args.bind,
+        admin: args.admin_bind,
+        http: args.serving.http(),
+        tls: guard.tls,
+    };
+    api::start(listeners, api, guard.access, supervisor).await?;
+    Ok(())
+}
+
+/// How this replica replicates, TLS toward peers included.
+fn replication_settings(
+    peers: &crate::config::PeerArgs,
+    serving: &crate::config::serving::ServingArgs,
+    me: &Identity,
+    access: Option<&api::auth::Access>,
+) -> anyhow::Result<replication::Settings> {
+    let mut settings = peers.replication_settings(&me.replica, access);
+    settings.tls = serving
+        .peer_tls()
+        .map(|tls| tls::peer_tls(&tls))
+        .transpose()
+        .context("failed to set up TLS toward peers")?;
+    Ok(settings)
 }
 
 /// The registry, its state and the metrics that read it.

@@ -15,7 +15,11 @@ use axum::{
 };
 
 use super::Api;
-use crate::registry::{Stats, instance::Status, view::AppsView};
+use crate::registry::{
+    Stats,
+    instance::Status,
+    view::{AppsView, InstanceView},
+};
 
 /// Spring's banner when renewals are below the threshold and self-preservation is on.
 pub const EMERGENCY: &str = "EMERGENCY! EUREKA MAY BE INCORRECTLY CLAIMING INSTANCES ARE UP WHEN THEY'RE NOT. RENEWALS ARE LESSER THAN THRESHOLD AND HENCE THE INSTANCES ARE NOT BEING EXPIRED JUST TO BE SAFE.";
@@ -102,45 +106,60 @@ main{padding:12px 24px}table{border-collapse:collapse;width:100%;margin-bottom:1
 th,td{border:1px solid #ccc;padding:6px 8px;text-align:left;vertical-align:top}th{background:#eee}\
 h2{margin-top:22px}.banner{color:#c0392b;font-weight:bold;margin:12px 0}.up{color:#1e8449}.down{color:#c0392b}";
 
+/// The page: system status, replicas, the registered applications and general info, each
+/// value escaped.
 pub fn render(m: &Model<'_>) -> String {
-    let s = m.stats;
     let mut h = String::with_capacity(8192);
     let _ = write!(
         h,
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>Eureka</title><style>{STYLE}</style></head><body>\
          <header><h1>eureka-operator</h1><a style=\"color:#fff\" href=\"lastn\">LAST 1000 SINCE STARTUP</a></header><main>"
     );
-    let _ = write!(h, "<h2>System Status</h2><table id=\"system-status\">");
-    let mut row = |k: &str, v: String| {
-        let _ = write!(h, "<tr><td>{}</td><td>{}</td></tr>", esc(k), esc(&v));
-    };
-    row("Environment", m.environment.to_string());
-    row("Data center", "default".into());
-    row("Current time", time(m.now));
-    row("Uptime", uptime(m.now - m.started_at));
-    row("Lease expiration enabled", s.lease_expiration_enabled.to_string());
-    row("Renews threshold", s.renews_threshold.to_string());
-    row("Renews (last min)", s.renews_last_min.to_string());
-    row("Self-preservation active", s.self_preservation_active.to_string());
-    if let Some(leader) = m.leader {
-        row("Holds the leader Lease", leader.to_string());
-    }
-    h.push_str("</table>");
-    if let Some(text) = banner(s) {
-        let _ = write!(h, "<p class=\"banner\" id=\"banner\">{}</p>", esc(text));
-    }
-
+    system_status(&mut h, m);
     h.push_str("<h2>DS Replicas</h2><ul id=\"replicas\">");
     for r in m.replicas {
         let _ = write!(h, "<li>{}</li>", esc(&scrub_credentials(r)));
     }
     h.push_str("</ul>");
+    instances(&mut h, m.apps);
+    general_info(&mut h, m);
+    h.push_str("</main></body></html>");
+    h
+}
 
+/// A two-column row of a table.
+fn row(h: &mut String, k: &str, v: &str) {
+    let _ = write!(h, "<tr><td>{}</td><td>{}</td></tr>", esc(k), esc(v));
+}
+
+fn system_status(h: &mut String, m: &Model<'_>) {
+    let s = m.stats;
+    h.push_str("<h2>System Status</h2><table id=\"system-status\">");
+    row(h, "Environment", m.environment);
+    row(h, "Data center", "default");
+    row(h, "Current time", &time(m.now));
+    row(h, "Uptime", &uptime(m.now - m.started_at));
+    row(h, "Lease expiration enabled", &s.lease_expiration_enabled.to_string());
+    row(h, "Renews threshold", &s.renews_threshold.to_string());
+    row(h, "Renews (last min)", &s.renews_last_min.to_string());
+    row(h, "Self-preservation active", &s.self_preservation_active.to_string());
+    if let Some(leader) = m.leader {
+        row(h, "Holds the leader Lease", &leader.to_string());
+    }
+    h.push_str("</table>");
+    if let Some(text) = banner(s) {
+        let _ = write!(h, "<p class=\"banner\" id=\"banner\">{}</p>", esc(text));
+    }
+}
+
+/// One row per application: its instance count, zones, and its instances by status (linked to
+/// their status pages when those are http or https URLs).
+fn instances(h: &mut String, apps: &AppsView) {
     h.push_str("<h2>Instances currently registered with Eureka</h2><table id=\"instances\"><tr><th>Application</th><th>AMIs</th><th>Availability Zones</th><th>Status</th></tr>");
-    if m.apps.apps.is_empty() {
+    if apps.apps.is_empty() {
         h.push_str("<tr><td colspan=\"4\">No instances available</td></tr>");
     }
-    for app in &m.apps.apps {
+    for app in &apps.apps {
         let zones: std::collections::BTreeSet<&str> = app
             .instances
             .iter()
@@ -171,52 +190,42 @@ pub fn render(m: &Model<'_>) -> String {
                 status.as_str(),
                 ids.len()
             );
-            let links: Vec<String> = ids
-                .iter()
-                .map(|i| match i.info.status_page_url.as_deref().filter(|u| is_web_url(u)) {
-                    Some(url) => format!(
-                        "<a href=\"{}\" rel=\"noopener noreferrer\">{}</a>",
-                        esc(url),
-                        esc(i.id())
-                    ),
-                    None => esc(i.id()),
-                })
-                .collect();
+            let links: Vec<String> = ids.iter().map(|i| instance_link(i)).collect();
             let _ = write!(h, "{}</div>", links.join(" , "));
         }
         h.push_str("</td></tr>");
     }
     h.push_str("</table>");
+}
 
-    h.push_str("<h2>General Info</h2><table id=\"general-info\">");
-    let mut row = |k: &str, v: String| {
-        let _ = write!(h, "<tr><td>{}</td><td>{}</td></tr>", esc(k), esc(&v));
-    };
-    row("environment", m.environment.to_string());
-    row(
-        "num-of-cpus",
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1)
-            .to_string(),
-    );
-    row("server-uptime", uptime(m.now - m.started_at));
-    row(
-        "registered-replicas",
-        m.replicas
-            .iter()
-            .map(|r| scrub_credentials(r))
-            .collect::<Vec<_>>()
-            .join(", "),
-    );
-    row("instances", s.instances.to_string());
-    row("applications", s.applications.to_string());
-    for (origin, n) in s.by_origin {
-        row(&format!("{}-instances", origin.as_str()), n.to_string());
+/// An instance's id, linked to its status page only when that is an http or https URL.
+fn instance_link(i: &InstanceView) -> String {
+    match i.info.status_page_url.as_deref().filter(|u| is_web_url(u)) {
+        Some(url) => format!(
+            "<a href=\"{}\" rel=\"noopener noreferrer\">{}</a>",
+            esc(url),
+            esc(i.id())
+        ),
+        None => esc(i.id()),
     }
-    row("expected-clients", s.expected_clients.to_string());
-    h.push_str("</table></main></body></html>");
-    h
+}
+
+fn general_info(h: &mut String, m: &Model<'_>) {
+    let s = m.stats;
+    h.push_str("<h2>General Info</h2><table id=\"general-info\">");
+    row(h, "environment", m.environment);
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    row(h, "num-of-cpus", &cpus.to_string());
+    row(h, "server-uptime", &uptime(m.now - m.started_at));
+    let replicas: Vec<String> = m.replicas.iter().map(|r| scrub_credentials(r)).collect();
+    row(h, "registered-replicas", &replicas.join(", "));
+    row(h, "instances", &s.instances.to_string());
+    row(h, "applications", &s.applications.to_string());
+    for (origin, n) in s.by_origin {
+        row(h, &format!("{}-instances", origin.as_str()), &n.to_string());
+    }
+    row(h, "expected-clients", &s.expected_clients.to_string());
+    h.push_str("</table>");
 }
 
 /// Replica URLs may carry `user:password@`; the page never shows it.

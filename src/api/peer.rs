@@ -59,89 +59,17 @@ fn status_code(code: u16) -> ItemResponse {
     }
 }
 
+/// Applies one replicated item and answers it as Java's `PeerReplicationResource` would.
 fn apply(api: &Api, item: ReplicationItem, writer: Writer) -> ItemResponse {
-    let exact = |s: Option<&str>| match s {
-        None => Ok(None),
-        Some(s) => Status::parse_exact(s).map(Some).ok_or(()),
-    };
     if let Some(e) = item.over_limit.as_ref().filter(|_| item.action == Action::Register) {
         // Java reports 200 for every Register item; the instance is not stored.
         api.metrics.limit_refused(e.kind());
         tracing::warn!(error = %e, id = %item.id, "refused a replicated instance over a cap");
         return status_code(200);
     }
-    let command = match item.action {
-        Action::Register => {
-            let Some(info) = item.instance else {
-                return status_code(500);
-            };
-            let registration = crate::codec::Registration {
-                info,
-                data_center: crate::codec::DataCenter::Named,
-            };
-            if let Err(message) = crate::codec::validate_registration(&registration, &registration.info.app) {
-                // Java reports 200 for every Register item, valid or not.
-                tracing::warn!(%message, id = %item.id, "ignored an invalid replicated registration");
-                return status_code(200);
-            }
-            Command::Register {
-                info: registration.info,
-                writer,
-            }
-        }
-        Action::Heartbeat => {
-            let Ok(overridden_status) = exact(item.overridden_status.as_deref()) else {
-                return status_code(500);
-            };
-            Command::Renew {
-                app: item.app_name,
-                id: item.id,
-                writer,
-                overridden_status,
-                last_dirty_timestamp: item.last_dirty_timestamp,
-            }
-        }
-        Action::Cancel if item.eviction => Command::Evict {
-            app: item.app_name,
-            id: item.id,
-        },
-        Action::Cancel => match item.last_dirty_timestamp {
-            Some(last_dirty_timestamp) => Command::CancelCopy {
-                app: item.app_name,
-                id: item.id,
-                writer,
-                last_dirty_timestamp,
-            },
-            None => Command::Cancel {
-                app: item.app_name,
-                id: item.id,
-                writer,
-            },
-        },
-        Action::StatusUpdate => {
-            let Ok(Some(status)) = exact(item.status.as_deref()) else {
-                return status_code(500);
-            };
-            Command::SetStatus {
-                app: item.app_name,
-                id: item.id,
-                status,
-                last_dirty_timestamp: item.last_dirty_timestamp,
-                writer,
-            }
-        }
-        Action::DeleteStatusOverride => {
-            let Ok(status) = exact(item.status.as_deref()) else {
-                return status_code(500);
-            };
-            Command::DeleteStatusOverride {
-                app: item.app_name,
-                id: item.id,
-                status: status.unwrap_or(Status::Unknown),
-                last_dirty_timestamp: item.last_dirty_timestamp,
-                writer,
-            }
-        }
+    let command = match command(item, writer) {
+        Ok(command) => command,
+        Err(response) => return response,
     };
     let is_register = matches!(command, Command::Register { .. });
     match api.state.apply(command).reply {
@@ -161,4 +89,70 @@ fn apply(api: &Api, item: ReplicationItem, writer: Writer) -> ItemResponse {
             status_code(if is_register { 200 } else { 400 })
         }
     }
+}
+
+/// The registry command an item asks for, or the answer to an item that cannot be applied.
+fn command(item: ReplicationItem, writer: Writer) -> Result<Command, ItemResponse> {
+    let exact = |s: Option<&str>| match s {
+        None => Ok(None),
+        Some(s) => Status::parse_exact(s).map(Some).ok_or(status_code(500)),
+    };
+    let (app, id, last_dirty_timestamp) = (item.app_name, item.id, item.last_dirty_timestamp);
+    Ok(match item.action {
+        Action::Register => register(item.instance, &id, writer)?,
+        Action::Heartbeat => Command::Renew {
+            overridden_status: exact(item.overridden_status.as_deref())?,
+            app,
+            id,
+            writer,
+            last_dirty_timestamp,
+        },
+        Action::Cancel if item.eviction => Command::Evict { app, id },
+        Action::Cancel => match last_dirty_timestamp {
+            Some(last_dirty_timestamp) => Command::CancelCopy {
+                app,
+                id,
+                writer,
+                last_dirty_timestamp,
+            },
+            None => Command::Cancel { app, id, writer },
+        },
+        Action::StatusUpdate => Command::SetStatus {
+            status: exact(item.status.as_deref())?.ok_or(status_code(500))?,
+            app,
+            id,
+            last_dirty_timestamp,
+            writer,
+        },
+        Action::DeleteStatusOverride => Command::DeleteStatusOverride {
+            status: exact(item.status.as_deref())?.unwrap_or(Status::Unknown),
+            app,
+            id,
+            last_dirty_timestamp,
+            writer,
+        },
+    })
+}
+
+/// A replicated Register: Java answers 200 to every one, valid or not, and stores only the valid.
+fn register(
+    instance: Option<crate::registry::instance::InstanceInfo>,
+    id: &str,
+    writer: Writer,
+) -> Result<Command, ItemResponse> {
+    let Some(info) = instance else {
+        return Err(status_code(500));
+    };
+    let registration = crate::codec::Registration {
+        info,
+        data_center: crate::codec::DataCenter::Named,
+    };
+    if let Err(message) = crate::codec::validate_registration(&registration, &registration.info.app) {
+        tracing::warn!(%message, id = %id, "ignored an invalid replicated registration");
+        return Err(status_code(200));
+    }
+    Ok(Command::Register {
+        info: registration.info,
+        writer,
+    })
 }

@@ -173,24 +173,10 @@ pub async fn serve(
         .local_addr()
         .map_err(|source| Error::LocalAddr { listener: name, source })?;
     let settings = settings.clone();
-    let counters = Counters {
-        open: metrics.open(name),
-        shed_requests: metrics.shed(name, "requests"),
-        shed_connections: metrics.shed(name, "connections"),
-        dropped: metrics.shed(name, "dropped"),
-        handshake_timeouts: metrics
-            .timeouts
-            .get_or_create(&ListenerLabel {
-                listener: name.to_string(),
-            })
-            .clone(),
-    };
+    let counters = Counters::of(&metrics, name);
     let service = stack(router, &settings, counters.shed_requests.clone());
     let service = TowerToHyperService::new(service);
-
-    let connections = Arc::new(Semaphore::new(settings.max_connections));
-    let overflow = Arc::new(Semaphore::new(settings.max_connections));
-    let saturated = AtomicBool::new(false);
+    let slots = Slots::new(name, settings.max_connections);
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {
@@ -213,36 +199,10 @@ pub async fn serve(
             counters: counters.clone(),
             watcher: graceful.watcher(),
         };
-        match connections.clone().try_acquire_owned() {
-            Ok(permit) => {
-                // Logged once per episode: "again" only once half the slots are free.
-                if connections.available_permits() >= settings.max_connections / 2
-                    && saturated.swap(false, Ordering::Relaxed)
-                {
-                    tracing::info!(listener = name, "accepting connections again");
-                }
-                let service = service.clone();
-                tokio::spawn(conn.serve(stream, permit, service));
-            }
-            Err(_) => {
-                if !saturated.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(
-                        listener = name,
-                        limit = settings.max_connections,
-                        "connection limit reached; answering new connections 503"
-                    );
-                }
-                match overflow.clone().try_acquire_owned() {
-                    Ok(permit) => {
-                        counters.shed_connections.inc();
-                        tokio::spawn(conn.refuse(stream, permit));
-                    }
-                    Err(_) => {
-                        counters.dropped.inc();
-                        drop(stream);
-                    }
-                }
-            }
+        match slots.admit(&counters) {
+            Admitted::Serve(permit) => drop(tokio::spawn(conn.serve(stream, permit, service.clone()))),
+            Admitted::Refuse(permit) => drop(tokio::spawn(conn.refuse(stream, permit))),
+            Admitted::Drop => drop(stream),
         }
     }
     drop(listener);
@@ -254,6 +214,80 @@ pub async fn serve(
         tracing::warn!(listener = name, grace = ?settings.shutdown_grace, "connections still open after the shutdown grace");
     }
     Ok(())
+}
+
+impl Counters {
+    fn of(metrics: &Metrics, listener: &'static str) -> Self {
+        Counters {
+            open: metrics.open(listener),
+            shed_requests: metrics.shed(listener, "requests"),
+            shed_connections: metrics.shed(listener, "connections"),
+            dropped: metrics.shed(listener, "dropped"),
+            handshake_timeouts: metrics
+                .timeouts
+                .get_or_create(&ListenerLabel {
+                    listener: listener.to_string(),
+                })
+                .clone(),
+        }
+    }
+}
+
+/// The connection slots of one listener: up to `--max-connections` are served, as many again
+/// are answered 503 with `Retry-After`, and the rest are closed at once.
+struct Slots {
+    listener: &'static str,
+    max: usize,
+    served: Arc<Semaphore>,
+    overflow: Arc<Semaphore>,
+    /// Whether the limit was reached (so it is logged once per episode).
+    saturated: AtomicBool,
+}
+
+/// What becomes of an accepted connection.
+enum Admitted {
+    Serve(OwnedSemaphorePermit),
+    Refuse(OwnedSemaphorePermit),
+    Drop,
+}
+
+impl Slots {
+    fn new(listener: &'static str, max: usize) -> Self {
+        Slots {
+            listener,
+            max,
+            served: Arc::new(Semaphore::new(max)),
+            overflow: Arc::new(Semaphore::new(max)),
+            saturated: AtomicBool::new(false),
+        }
+    }
+
+    fn admit(&self, counters: &Counters) -> Admitted {
+        if let Ok(permit) = self.served.clone().try_acquire_owned() {
+            // Logged once per episode: "again" only once half the slots are free.
+            if self.served.available_permits() >= self.max / 2 && self.saturated.swap(false, Ordering::Relaxed) {
+                tracing::info!(listener = self.listener, "accepting connections again");
+            }
+            return Admitted::Serve(permit);
+        }
+        if !self.saturated.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                listener = self.listener,
+                limit = self.max,
+                "connection limit reached; answering new connections 503"
+            );
+        }
+        match self.overflow.clone().try_acquire_owned() {
+            Ok(permit) => {
+                counters.shed_connections.inc();
+                Admitted::Refuse(permit)
+            }
+            Err(_) => {
+                counters.dropped.inc();
+                Admitted::Drop
+            }
+        }
+    }
 }
 
 /// The tower stack every request passes: load shedding (503 with `Retry-After`) above the

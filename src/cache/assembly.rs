@@ -125,6 +125,19 @@ impl Kind {
         }
     }
 
+    /// The applications whose fragments are missing, stale or gone, found by comparing every
+    /// application's version with its fragment's (when the change log cannot say).
+    fn stale(self, r: &Registry, fragments: &Fragments) -> Vec<Arc<str>> {
+        let list = self.versions(r);
+        let stale = list
+            .iter()
+            .filter(|(n, v)| fragments.map.get(n).is_none_or(|f| f.version != *v))
+            .map(|(n, _)| n.clone());
+        let present: std::collections::HashSet<&str> = list.iter().map(|(n, _)| &**n).collect();
+        let gone = fragments.map.keys().filter(|n| !present.contains(&***n)).cloned();
+        stale.chain(gone).collect()
+    }
+
     fn view(self, r: &Registry, app: &str) -> Option<(AppView, u64)> {
         match self {
             Kind::Full => r.app_view(app).map(|view| (view, r.app_version(app).unwrap_or(0))),
@@ -325,26 +338,10 @@ impl Assembled {
             };
             let built = fragments.built;
             let look = source.read(|r| {
-                let changed = match kind.changed_since(r, built).filter(|_| built > 0) {
-                    Some(changed) => changed,
-                    None => {
-                        // Compare every application's version with its fragment's.
-                        let list = kind.versions(r);
-                        let stale = list
-                            .iter()
-                            .filter(|(n, v)| fragments.map.get(n).is_none_or(|f| f.version != *v))
-                            .map(|(n, _)| n.clone())
-                            .collect::<Vec<_>>();
-                        let present: std::collections::HashSet<&str> = list.iter().map(|(n, _)| &**n).collect();
-                        let gone: Vec<Arc<str>> = fragments
-                            .map
-                            .keys()
-                            .filter(|n| !present.contains(&***n))
-                            .cloned()
-                            .collect();
-                        stale.into_iter().chain(gone).collect()
-                    }
-                };
+                let changed = kind
+                    .changed_since(r, built)
+                    .filter(|_| built > 0)
+                    .unwrap_or_else(|| kind.stale(r, fragments));
                 if !batched && changed.len() > BATCH_APPS {
                     return Look::Many(r.version(), changed);
                 }
@@ -421,64 +418,16 @@ impl Assembled {
         let head = codec::apps_head(versions_delta, hashcode, format);
         let tail = codec::apps_tail(format);
         let sep = codec::separator(format);
-        let sep_block = separator_block(sep);
-        let head_piece = gzip::stored(&head);
-        let tail_piece = gzip::stored(tail);
-
-        let n = fragments.map.len();
-        let mut sum = Sum::of(&head);
-        let mut oldest = Instant::now();
-        let mut size = gzip::HEADER.len() + head_piece.len() + tail_piece.len() + 10;
-        for (i, f) in fragments.map.values().enumerate() {
-            let last = i + 1 == n;
-            sum = sum.then(if last { f.plain } else { f.separated });
-            size += f.deflated.len() + sep_block.len();
-            oldest = oldest.min(f.taken);
-        }
-        sum = sum.then(Sum::of(tail));
-
-        let mut gz = Vec::with_capacity(size);
-        gz.extend_from_slice(&gzip::HEADER);
-        gz.extend_from_slice(&head_piece);
-        for (i, f) in fragments.map.values().enumerate() {
-            let last = i + 1 == n;
-            if last || sep.is_empty() {
-                gz.extend_from_slice(&f.deflated);
-            } else {
-                // The piece's closing empty stored block becomes one holding the separator.
-                gz.extend_from_slice(&f.deflated[..f.deflated.len() - gzip::SYNC_TAIL.len()]);
-                gz.extend_from_slice(&sep_block);
-            }
-        }
-        gz.extend_from_slice(&tail_piece);
-        gz.extend_from_slice(&gzip::trailer(sum));
-
+        let (gz, oldest) = gzip_body(fragments, &head, tail, sep);
         let identity = if keep_text {
-            let mut parts = Vec::with_capacity(n + 2);
-            parts.push(Bytes::from(head));
-            for (i, f) in fragments.map.values_mut().enumerate() {
-                let text = match &f.text {
-                    Some(t) => t.clone(),
-                    None => {
-                        let t = f.text_or_inflate(format);
-                        f.text = Some(t.clone());
-                        t
-                    }
-                };
-                if i + 1 == n {
-                    parts.push(text.slice(..text.len() - sep.len()));
-                } else {
-                    parts.push(text);
-                }
-            }
-            parts.push(Bytes::from_static(tail));
-            Some(Pieces::new(parts))
+            Some(identity_body(fragments, head, tail, sep, format))
         } else {
             for f in fragments.map.values_mut() {
                 f.text = None;
             }
             None
         };
+        let n = fragments.map.len();
         let gzip_form = OnceLock::new();
         let _ = gzip_form.set(Bytes::from(gz));
         let identity_form = OnceLock::new();
@@ -494,6 +443,68 @@ impl Assembled {
             identity_wanted: Some((self.identity_wanted.clone(), self.epoch)),
         }
     }
+}
+
+/// The gzip form of a payload: a header, the head as a stored block, each fragment's deflated
+/// piece (with the separator in its closing block), the tail, and a trailer whose CRC-32 is
+/// combined from the pieces' own. Also the time the oldest fragment was encoded.
+fn gzip_body(fragments: &Fragments, head: &[u8], tail: &[u8], sep: &[u8]) -> (Vec<u8>, Instant) {
+    let sep_block = separator_block(sep);
+    let head_piece = gzip::stored(head);
+    let tail_piece = gzip::stored(tail);
+    let n = fragments.map.len();
+    let mut sum = Sum::of(head);
+    let mut oldest = Instant::now();
+    let mut size = gzip::HEADER.len() + head_piece.len() + tail_piece.len() + 10;
+    for (i, f) in fragments.map.values().enumerate() {
+        let last = i + 1 == n;
+        sum = sum.then(if last { f.plain } else { f.separated });
+        size += f.deflated.len() + sep_block.len();
+        oldest = oldest.min(f.taken);
+    }
+    sum = sum.then(Sum::of(tail));
+
+    let mut gz = Vec::with_capacity(size);
+    gz.extend_from_slice(&gzip::HEADER);
+    gz.extend_from_slice(&head_piece);
+    for (i, f) in fragments.map.values().enumerate() {
+        let last = i + 1 == n;
+        if last || sep.is_empty() {
+            gz.extend_from_slice(&f.deflated);
+        } else {
+            // The piece's closing empty stored block becomes one holding the separator.
+            gz.extend_from_slice(&f.deflated[..f.deflated.len() - gzip::SYNC_TAIL.len()]);
+            gz.extend_from_slice(&sep_block);
+        }
+    }
+    gz.extend_from_slice(&tail_piece);
+    gz.extend_from_slice(&gzip::trailer(sum));
+    (gz, oldest)
+}
+
+/// The uncompressed form of a payload as shared pieces: the head, each fragment's text (kept, or
+/// inflated once from its piece), the last without its separator, and the tail.
+fn identity_body(fragments: &mut Fragments, head: Vec<u8>, tail: &'static [u8], sep: &[u8], format: Format) -> Pieces {
+    let n = fragments.map.len();
+    let mut parts = Vec::with_capacity(n + 2);
+    parts.push(Bytes::from(head));
+    for (i, f) in fragments.map.values_mut().enumerate() {
+        let text = match &f.text {
+            Some(t) => t.clone(),
+            None => {
+                let t = f.text_or_inflate(format);
+                f.text = Some(t.clone());
+                t
+            }
+        };
+        if i + 1 == n {
+            parts.push(text.slice(..text.len() - sep.len()));
+        } else {
+            parts.push(text);
+        }
+    }
+    parts.push(Bytes::from_static(tail));
+    Pieces::new(parts)
 }
 
 /// The bytes that turn a piece's closing empty stored block (`00 00 ff ff`) into one holding

@@ -82,7 +82,6 @@ fn metadata(out: &mut Vec<u8>, m: &Metadata) {
 /// The body of an instance object (without a root wrapper).
 pub fn instance(out: &mut Vec<u8>, view: &InstanceView) {
     let i = &*view.info;
-    let l = &view.lease;
     let mut first = true;
     out.push(b'{');
     opt_field(out, &mut first, "instanceId", i.instance_id.as_deref());
@@ -99,26 +98,9 @@ pub fn instance(out: &mut Vec<u8>, view: &InstanceView) {
     num_field(out, &mut first, "countryId", i64::from(i.country_id));
 
     key(out, &mut first, "dataCenterInfo");
-    out.push(b'{');
-    let mut f = true;
-    str_field(out, &mut f, "@class", i.data_center_info.class());
-    str_field(out, &mut f, "name", i.data_center_info.name.as_str());
-    if i.data_center_info.name == DataCenterName::Amazon {
-        key(out, &mut f, "metadata");
-        metadata(out, &i.data_center_info.metadata);
-    }
-    out.push(b'}');
-
+    data_center_info(out, &i.data_center_info);
     key(out, &mut first, "leaseInfo");
-    out.push(b'{');
-    let mut f = true;
-    num_field(out, &mut f, "renewalIntervalInSecs", i64::from(l.renewal_interval_secs));
-    num_field(out, &mut f, "durationInSecs", i64::from(l.duration_secs));
-    num_field(out, &mut f, "registrationTimestamp", l.registration_ts);
-    num_field(out, &mut f, "lastRenewalTimestamp", l.last_renewal_ts);
-    num_field(out, &mut f, "evictionTimestamp", l.eviction_ts);
-    num_field(out, &mut f, "serviceUpTimestamp", l.service_up_ts);
-    out.push(b'}');
+    lease_info(out, &view.lease);
 
     key(out, &mut first, "metadata");
     metadata(out, &i.metadata);
@@ -151,6 +133,30 @@ pub fn instance(out: &mut Vec<u8>, view: &InstanceView) {
     );
     opt_field(out, &mut first, "actionType", i.action_type.map(ActionType::as_str));
     opt_field(out, &mut first, "asgName", i.asg_name.as_deref());
+    out.push(b'}');
+}
+
+fn data_center_info(out: &mut Vec<u8>, dc: &DataCenterInfo) {
+    out.push(b'{');
+    let mut f = true;
+    str_field(out, &mut f, "@class", dc.class());
+    str_field(out, &mut f, "name", dc.name.as_str());
+    if dc.name == DataCenterName::Amazon {
+        key(out, &mut f, "metadata");
+        metadata(out, &dc.metadata);
+    }
+    out.push(b'}');
+}
+
+fn lease_info(out: &mut Vec<u8>, l: &crate::registry::view::LeaseView) {
+    out.push(b'{');
+    let mut f = true;
+    num_field(out, &mut f, "renewalIntervalInSecs", i64::from(l.renewal_interval_secs));
+    num_field(out, &mut f, "durationInSecs", i64::from(l.duration_secs));
+    num_field(out, &mut f, "registrationTimestamp", l.registration_ts);
+    num_field(out, &mut f, "lastRenewalTimestamp", l.last_renewal_ts);
+    num_field(out, &mut f, "evictionTimestamp", l.eviction_ts);
+    num_field(out, &mut f, "serviceUpTimestamp", l.service_up_ts);
     out.push(b'}');
 }
 
@@ -714,32 +720,7 @@ impl<'de> Visitor<'de> for InstanceSeed {
                     if v.is_null() {
                         continue;
                     }
-                    match field {
-                        "instanceId" => i.instance_id = v.into_opt_string(),
-                        "hostName" => i.host_name = v.into_opt_string().unwrap_or_default(),
-                        "app" => i.app = v.into_opt_string().unwrap_or_default().to_ascii_uppercase(),
-                        "ipAddr" => i.ip_addr = v.into_opt_string().unwrap_or_default(),
-                        "sid" => i.sid = v.into_opt_string().unwrap_or_default(),
-                        "status" => i.status = v.as_str().and_then(Status::parse_exact).unwrap_or(Status::Unknown),
-                        "overriddenStatus" | "overriddenstatus" => {
-                            i.overridden_status = v.as_str().and_then(Status::parse_exact).unwrap_or(Status::Unknown)
-                        }
-                        "countryId" => i.country_id = v.as_i32(),
-                        "appGroupName" => i.app_group_name = v.into_opt_string().map(|s| s.to_ascii_uppercase()),
-                        "homePageUrl" => i.home_page_url = v.into_opt_string(),
-                        "statusPageUrl" => i.status_page_url = v.into_opt_string(),
-                        "healthCheckUrl" => i.health_check_url = v.into_opt_string(),
-                        "secureHealthCheckUrl" => i.secure_health_check_url = v.into_opt_string(),
-                        "vipAddress" => i.vip_address = v.into_opt_string(),
-                        "secureVipAddress" => i.secure_vip_address = v.into_opt_string(),
-                        "lastUpdatedTimestamp" => i.last_updated_timestamp = v.as_i64(),
-                        "lastDirtyTimestamp" => i.last_dirty_timestamp = v.as_i64(),
-                        "actionType" => i.action_type = v.as_str().and_then(ActionType::parse_exact),
-                        "asgName" => i.asg_name = v.into_opt_string(),
-                        // Unknown keys (and isCoordinatingDiscoveryServer, which the server
-                        // recomputes) are ignored.
-                        _ => {}
-                    }
+                    set_scalar(&mut i, field, v);
                 }
             }
         }
@@ -754,6 +735,35 @@ impl<'de> Visitor<'de> for InstanceSeed {
             data_center,
             over_limit,
         }))
+    }
+}
+
+/// Sets an instance's scalar field from its JSON key; other keys (and
+/// `isCoordinatingDiscoveryServer`, which the server recomputes) are ignored.
+fn set_scalar(i: &mut InstanceInfo, field: &str, v: Scalar) {
+    match field {
+        "instanceId" => i.instance_id = v.into_opt_string(),
+        "hostName" => i.host_name = v.into_opt_string().unwrap_or_default(),
+        "app" => i.app = v.into_opt_string().unwrap_or_default().to_ascii_uppercase(),
+        "ipAddr" => i.ip_addr = v.into_opt_string().unwrap_or_default(),
+        "sid" => i.sid = v.into_opt_string().unwrap_or_default(),
+        "status" => i.status = v.as_str().and_then(Status::parse_exact).unwrap_or(Status::Unknown),
+        "overriddenStatus" | "overriddenstatus" => {
+            i.overridden_status = v.as_str().and_then(Status::parse_exact).unwrap_or(Status::Unknown)
+        }
+        "countryId" => i.country_id = v.as_i32(),
+        "appGroupName" => i.app_group_name = v.into_opt_string().map(|s| s.to_ascii_uppercase()),
+        "homePageUrl" => i.home_page_url = v.into_opt_string(),
+        "statusPageUrl" => i.status_page_url = v.into_opt_string(),
+        "healthCheckUrl" => i.health_check_url = v.into_opt_string(),
+        "secureHealthCheckUrl" => i.secure_health_check_url = v.into_opt_string(),
+        "vipAddress" => i.vip_address = v.into_opt_string(),
+        "secureVipAddress" => i.secure_vip_address = v.into_opt_string(),
+        "lastUpdatedTimestamp" => i.last_updated_timestamp = v.as_i64(),
+        "lastDirtyTimestamp" => i.last_dirty_timestamp = v.as_i64(),
+        "actionType" => i.action_type = v.as_str().and_then(ActionType::parse_exact),
+        "asgName" => i.asg_name = v.into_opt_string(),
+        _ => {}
     }
 }
 

@@ -406,6 +406,7 @@ fn register_record(view: &InstanceView) -> Replication {
     }
 }
 
+/// Every kind of batch item in Java's shapes, written and read back (one table, so one test).
 #[test]
 fn batch_round_trips_with_java_shapes() {
     let view = sample();

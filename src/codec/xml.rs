@@ -287,6 +287,17 @@ struct Pull<R: BufRead> {
     done: bool,
 }
 
+/// The character a reference (`&#65;`, `&#x41;` or one of XML's five entities) stands for.
+fn reference(r: &quick_xml::events::BytesRef<'_>) -> Result<char, DecodeError> {
+    let c = if r.is_char_ref() {
+        r.resolve_char_ref()
+            .map_err(|e| DecodeError::new(format!("invalid character reference: {e}")))?
+    } else {
+        resolve_entity(&r.xml10_content())
+    };
+    c.ok_or_else(|| DecodeError::new(format!("undefined XML entity &{};", r.xml10_content())))
+}
+
 /// An element's name, and its `enabled` attribute (the only one read); every attribute is checked.
 fn open(e: &BytesStart<'_>) -> Result<Node, DecodeError> {
     let mut enabled = None;
@@ -377,14 +388,7 @@ impl<R: BufRead> Pull<R> {
                     }
                 }
                 Event::GeneralRef(r) => {
-                    let c = if r.is_char_ref() {
-                        r.resolve_char_ref()
-                            .map_err(|e| DecodeError::new(format!("invalid character reference: {e}")))?
-                    } else {
-                        resolve_entity(&r.xml10_content())
-                    };
-                    let c =
-                        c.ok_or_else(|| DecodeError::new(format!("undefined XML entity &{};", r.xml10_content())))?;
+                    let c = reference(&r)?;
                     if self.depth > 0
                         && let Some(out) = text.as_mut()
                     {
@@ -548,13 +552,6 @@ fn read_instance<R: BufRead>(
     let mut over_limit = None;
     while let Some((child, enabled)) = p.child()? {
         match child.as_str() {
-            "hostName" => i.host_name = p.text()?,
-            "instanceId" => i.instance_id = Some(p.text()?),
-            "app" => i.app = p.text()?.to_ascii_uppercase(),
-            "ipAddr" => i.ip_addr = p.text()?,
-            "sid" => i.sid = p.text()?,
-            "status" => i.status = Status::parse_lenient(&p.text()?),
-            "overriddenstatus" | "overriddenStatus" => i.overridden_status = Status::parse_lenient(&p.text()?),
             "port" => {
                 i.port = PortInfo {
                     port: int(&p.text()?, "port")?,
@@ -567,7 +564,6 @@ fn read_instance<R: BufRead>(
                     enabled: enabled.as_deref() == Some("true"),
                 };
             }
-            "countryId" => i.country_id = int(&p.text()?, "countryId")?,
             "dataCenterInfo" => match data_center(&mut p, limits)? {
                 Some((dc, over)) => {
                     i.data_center_info = dc;
@@ -582,27 +578,11 @@ fn read_instance<R: BufRead>(
                 i.metadata = m;
                 over_limit = over_limit.or(over);
             }
-            // XStream's @Auto fields swallow parse errors and keep the default.
-            "appGroupName" => i.app_group_name = Some(p.text()?.to_ascii_uppercase()),
-            "homePageUrl" => i.home_page_url = Some(p.text()?),
-            "statusPageUrl" => i.status_page_url = Some(p.text()?),
-            "healthCheckUrl" => i.health_check_url = Some(p.text()?),
-            "secureHealthCheckUrl" => i.secure_health_check_url = Some(p.text()?),
-            "vipAddress" => i.vip_address = Some(p.text()?),
-            "secureVipAddress" => i.secure_vip_address = Some(p.text()?),
-            "lastUpdatedTimestamp" => {
-                if let Ok(t) = p.text()?.trim().parse() {
-                    i.last_updated_timestamp = t;
+            field => {
+                if !set_text(&mut i, field, &mut p)? {
+                    p.skip()?;
                 }
             }
-            "lastDirtyTimestamp" => {
-                if let Ok(t) = p.text()?.trim().parse() {
-                    i.last_dirty_timestamp = t;
-                }
-            }
-            "actionType" => i.action_type = ActionType::parse_exact(p.text()?.trim()),
-            "asgName" => i.asg_name = Some(p.text()?),
-            _ => p.skip()?,
         }
     }
     p.finish()?;
@@ -614,6 +594,43 @@ fn read_instance<R: BufRead>(
         data_center: data_center_seen,
         over_limit,
     })
+}
+
+/// Sets an instance's text field from its element, read from `p`; false (nothing read) for an
+/// element that is not one.
+fn set_text<R: BufRead>(i: &mut InstanceInfo, field: &str, p: &mut Pull<R>) -> Result<bool, DecodeError> {
+    match field {
+        "hostName" => i.host_name = p.text()?,
+        "instanceId" => i.instance_id = Some(p.text()?),
+        "app" => i.app = p.text()?.to_ascii_uppercase(),
+        "ipAddr" => i.ip_addr = p.text()?,
+        "sid" => i.sid = p.text()?,
+        "status" => i.status = Status::parse_lenient(&p.text()?),
+        "overriddenstatus" | "overriddenStatus" => i.overridden_status = Status::parse_lenient(&p.text()?),
+        "countryId" => i.country_id = int(&p.text()?, "countryId")?,
+        // XStream's @Auto fields swallow parse errors and keep the default.
+        "appGroupName" => i.app_group_name = Some(p.text()?.to_ascii_uppercase()),
+        "homePageUrl" => i.home_page_url = Some(p.text()?),
+        "statusPageUrl" => i.status_page_url = Some(p.text()?),
+        "healthCheckUrl" => i.health_check_url = Some(p.text()?),
+        "secureHealthCheckUrl" => i.secure_health_check_url = Some(p.text()?),
+        "vipAddress" => i.vip_address = Some(p.text()?),
+        "secureVipAddress" => i.secure_vip_address = Some(p.text()?),
+        "lastUpdatedTimestamp" => {
+            if let Ok(t) = p.text()?.trim().parse() {
+                i.last_updated_timestamp = t;
+            }
+        }
+        "lastDirtyTimestamp" => {
+            if let Ok(t) = p.text()?.trim().parse() {
+                i.last_dirty_timestamp = t;
+            }
+        }
+        "actionType" => i.action_type = ActionType::parse_exact(p.text()?.trim()),
+        "asgName" => i.asg_name = Some(p.text()?),
+        _ => return Ok(false),
+    }
+    Ok(true)
 }
 
 /// A registration body: an `<instance>` document.

@@ -54,8 +54,8 @@ use prometheus_client::metrics::{counter::Counter, gauge::Gauge, histogram::Hist
 use tokio::sync::{mpsc, watch};
 
 use super::{
-    crd::{EurekaApp, EurekaAppStatus, FINALIZER, ReadinessGate, Registration},
-    index::{AppKey, Index, Scope, Touched},
+    crd::{EurekaApp, EurekaAppStatus, FINALIZER, InstanceCounts, ReadinessGate, Registration},
+    index::{AppKey, Index, Scope, Snapshot, Touched},
     plan::{self, Context as PlanContext, Plan, Problem, Target, selector_matches},
     pods::{PodInfo, WatchedPod},
     status::{self, Note, NoteLimiter},
@@ -401,27 +401,12 @@ pub async fn run(settings: Settings, parts: Parts, shutdown: Shutdown) -> anyhow
         peer_client,
     } = parts;
     let scopes = Scope::of(&settings.namespaces);
-    let mut controllers = Vec::new();
-    let mut stores = Stores::default();
-    let mut triggers = Triggers::default();
-    let mut reconcile_all = Vec::new();
-    for scope in &scopes {
-        let api: Api<EurekaApp> = match scope {
-            Scope::All => Api::all(client.clone()),
-            Scope::Namespace(ns) => Api::namespaced(client.clone(), ns),
-        };
-        let (tx, rx) = mpsc::unbounded_channel();
-        let (all_tx, all_rx) = mpsc::unbounded_channel();
-        let c = Controller::new(api, watcher::Config::default())
-            .trigger_backoff(Backoff::new(settings.watch_max_backoff))
-            .reconcile_on(receiver_stream(rx))
-            .reconcile_all_on(receiver_stream(all_rx))
-            .graceful_shutdown_on(shutdown.clone().wait());
-        stores.0.push((scope.clone(), c.store()));
-        triggers.0.push((scope.clone(), tx));
-        reconcile_all.push(all_tx);
-        controllers.push(c);
-    }
+    let Controllers {
+        controllers,
+        stores,
+        triggers,
+        reconcile_all,
+    } = Controllers::new(&client, &scopes, settings.watch_max_backoff, &shutdown);
     complete.waiting("waiting for the Pod, Node and EurekaApp watches to list");
     let ctx = Arc::new(Context {
         index: RwLock::new(Index::new(scopes.clone())),
@@ -467,6 +452,81 @@ pub async fn run(settings: Settings, parts: Parts, shutdown: Shutdown) -> anyhow
         }
         ended = watches => ended,
         ended = ctx.clone().background(leader) => ended,
+    }
+}
+
+/// The counts of an adopting EurekaApp's registrations, and its live pods that have none yet.
+fn adopted_counts(plan: &Plan, adopted: &[(PodOwner, InstanceView)]) -> (InstanceCounts, Vec<String>) {
+    let with_registration: HashSet<&str> = adopted.iter().map(|(o, _)| o.pod.as_str()).collect();
+    let mut awaiting: Vec<String> = plan
+        .claims
+        .iter()
+        .filter(|c| matches!(c.state, ClaimState::Live { .. }))
+        .filter(|c| !with_registration.contains(c.owner.pod.as_str()))
+        .map(|c| c.owner.pod.clone())
+        .collect();
+    awaiting.sort();
+    (
+        status::counts(adopted.iter().map(|(_, v)| v.info.status), true),
+        awaiting,
+    )
+}
+
+/// Events for the instances a reconcile registered and removed.
+fn change_notes(app_name: &str, registered: &[String], removed: usize) -> Vec<Note> {
+    let mut notes = Vec::new();
+    if !registered.is_empty() {
+        let message = format!(
+            "registered {} instance(s) of {app_name}: {}",
+            registered.len(),
+            registered.join(", ")
+        );
+        notes.push(Note::normal("Registered", "Register", message));
+    }
+    if removed > 0 {
+        let message = format!("deregistered {removed} instance(s) of {app_name}");
+        notes.push(Note::normal("Deregistered", "Deregister", message));
+    }
+    notes
+}
+
+/// One kube-runtime `Controller` of EurekaApps per scope, with the handles that reach into them.
+struct Controllers {
+    controllers: Vec<Controller<EurekaApp>>,
+    /// Each controller's cache of EurekaApps.
+    stores: Stores,
+    /// Each controller's queue, for reconciles the index asks for.
+    triggers: Triggers,
+    /// Asks each controller to reconcile every EurekaApp.
+    reconcile_all: Vec<mpsc::UnboundedSender<()>>,
+}
+
+impl Controllers {
+    fn new(client: &Client, scopes: &[Scope], max_backoff: Duration, shutdown: &Shutdown) -> Self {
+        let mut this = Controllers {
+            controllers: Vec::new(),
+            stores: Stores::default(),
+            triggers: Triggers::default(),
+            reconcile_all: Vec::new(),
+        };
+        for scope in scopes {
+            let api: Api<EurekaApp> = match scope {
+                Scope::All => Api::all(client.clone()),
+                Scope::Namespace(ns) => Api::namespaced(client.clone(), ns),
+            };
+            let (tx, rx) = mpsc::unbounded_channel();
+            let (all_tx, all_rx) = mpsc::unbounded_channel();
+            let c = Controller::new(api, watcher::Config::default())
+                .trigger_backoff(Backoff::new(max_backoff))
+                .reconcile_on(receiver_stream(rx))
+                .reconcile_all_on(receiver_stream(all_rx))
+                .graceful_shutdown_on(shutdown.clone().wait());
+            this.stores.0.push((scope.clone(), c.store()));
+            this.triggers.0.push((scope.clone(), tx));
+            this.reconcile_all.push(all_tx);
+            this.controllers.push(c);
+        }
+        this
     }
 }
 
@@ -792,18 +852,7 @@ impl Context {
             return self.deregister_all(key, app, &current, now);
         }
         let snapshot = self.index.read().snapshot(&key.namespace);
-        let target = Target {
-            namespace: &key.namespace,
-            name: &key.name,
-            spec: &app.spec,
-        };
-        let ctx = PlanContext {
-            cluster_id: &self.settings.cluster_id,
-            cluster_domain: &self.settings.cluster_domain,
-            node_zones: &snapshot.zones,
-            now,
-        };
-        let plan = plan::plan(&target, snapshot.pods.iter().map(|p| p.as_ref()), &ctx);
+        let plan = self.plan(key, app, &snapshot, now);
         let mut problems = plan.problems.clone();
         problems.extend(plan.invalid.clone().map(Problem::InvalidSpec));
         let (registered, conflicts) = self.upsert(key, &plan);
@@ -831,59 +880,15 @@ impl Context {
                 .with_registry(|r, _| r.pod_instances_of(&key.namespace, &key.name))
         };
         let (counts, awaiting) = if adopt {
-            let with_registration: HashSet<&str> = adopted.iter().map(|(o, _)| o.pod.as_str()).collect();
-            let mut awaiting: Vec<String> = plan
-                .claims
-                .iter()
-                .filter(|c| matches!(c.state, ClaimState::Live { .. }))
-                .filter(|c| !with_registration.contains(c.owner.pod.as_str()))
-                .map(|c| c.owner.pod.clone())
-                .collect();
-            awaiting.sort();
-            (
-                status::counts(adopted.iter().map(|(_, v)| v.info.status), true),
-                awaiting,
-            )
+            adopted_counts(&plan, &adopted)
         } else {
             (
                 status::counts(instances.iter().map(|(_, v)| v.info.status), false),
                 Vec::new(),
             )
         };
-        let mut notes = Vec::new();
-        // Registrations adopted since the last reconcile (here, or as they arrived).
-        let adopted_now: HashSet<String> = adopted.iter().map(|(_, v)| v.id().to_string()).collect();
-        let mut newly: Vec<String> = {
-            let mut claimed = self.claimed.lock();
-            let seen = claimed.reported.entry(key.clone()).or_default();
-            let newly = adopted_now.difference(seen).cloned().collect();
-            *seen = adopted_now;
-            newly
-        };
-        if !newly.is_empty() {
-            newly.sort();
-            let ids: Vec<&str> = newly.iter().map(String::as_str).collect();
-            let message = format!(
-                "adopted {} registration(s) of {} made by the pods' own clients: {}",
-                ids.len(),
-                plan.app_name,
-                ids.join(", ")
-            );
-            notes.push(Note::normal("Adopted", "Adopt", message));
-        }
-        if !registered.is_empty() {
-            let message = format!(
-                "registered {} instance(s) of {}: {}",
-                registered.len(),
-                plan.app_name,
-                registered.join(", ")
-            );
-            notes.push(Note::normal("Registered", "Register", message));
-        }
-        if removed > 0 {
-            let message = format!("deregistered {removed} instance(s) of {}", plan.app_name);
-            notes.push(Note::normal("Deregistered", "Deregister", message));
-        }
+        let mut notes: Vec<Note> = self.newly_adopted(key, &plan.app_name, &adopted).into_iter().collect();
+        notes.extend(change_notes(&plan.app_name, &registered, removed));
         notes.extend(self.new_problems(key, &problems));
         let gated = app.spec.readiness_gate.clone().map(|gate| Gated {
             waiting: if adopt {
@@ -899,6 +904,45 @@ impl Context {
             action,
             gated,
         }
+    }
+
+    /// The plan for this EurekaApp's pods as the index holds them now.
+    fn plan(&self, key: &AppKey, app: &EurekaApp, snapshot: &Snapshot, now: i64) -> Plan {
+        let target = Target {
+            namespace: &key.namespace,
+            name: &key.name,
+            spec: &app.spec,
+        };
+        let ctx = PlanContext {
+            cluster_id: &self.settings.cluster_id,
+            cluster_domain: &self.settings.cluster_domain,
+            node_zones: &snapshot.zones,
+            now,
+        };
+        plan::plan(&target, snapshot.pods.iter().map(|p| p.as_ref()), &ctx)
+    }
+
+    /// An Event for the registrations adopted since the last reconcile (here, or as they
+    /// arrived), if there are any.
+    fn newly_adopted(&self, key: &AppKey, app_name: &str, adopted: &[(PodOwner, InstanceView)]) -> Option<Note> {
+        let adopted_now: HashSet<String> = adopted.iter().map(|(_, v)| v.id().to_string()).collect();
+        let mut newly: Vec<String> = {
+            let mut claimed = self.claimed.lock();
+            let seen = claimed.reported.entry(key.clone()).or_default();
+            let newly = adopted_now.difference(seen).cloned().collect();
+            *seen = adopted_now;
+            newly
+        };
+        if newly.is_empty() {
+            return None;
+        }
+        newly.sort();
+        let message = format!(
+            "adopted {} registration(s) of {app_name} made by the pods' own clients: {}",
+            newly.len(),
+            newly.join(", ")
+        );
+        Some(Note::normal("Adopted", "Adopt", message))
     }
 
     /// States the plan's claims (none unless the EurekaApp adopts) and withdraws the others of

@@ -127,9 +127,7 @@ pub fn status(
     awaiting: &[String],
     now: i64,
 ) -> EurekaAppStatus {
-    let adopt = app.spec.registration == Registration::Adopt;
     let previous = app.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or(&[]);
-    let invalid = problems.iter().find(|p| matches!(p, Problem::InvalidSpec(_)));
     let conflicts: Vec<String> = problems
         .iter()
         .filter(|p| matches!(p, Problem::InstanceIdConflict(_)))
@@ -139,19 +137,59 @@ pub fn status(
         .iter()
         .filter(|p| !matches!(p, Problem::InstanceIdConflict(_)))
         .collect();
+    let seen = Seen {
+        adopt: app.spec.registration == Registration::Adopt,
+        plan,
+        instances: &instances,
+        awaiting,
+    };
+    let conds = vec![
+        ready_condition(&seen, &degraded, &conflicts),
+        degraded_condition(&degraded),
+        conflict_condition(&conflicts),
+    ];
+    let ts = timestamp(now);
+    EurekaAppStatus {
+        observed_generation: app.metadata.generation,
+        conditions: conditions(previous, conds, app.metadata.generation, ts),
+        app_name: Some(plan.app_name.clone()),
+        selected_pods: plan.selected as i64,
+        instances,
+        awaiting_registration: awaiting.len() as i64,
+        last_sync_time: Some(Time(ts)),
+    }
+}
+
+/// What a reconcile saw of an EurekaApp's instances.
+struct Seen<'a> {
+    adopt: bool,
+    plan: &'a Plan,
+    instances: &'a InstanceCounts,
+    awaiting: &'a [String],
+}
+
+/// `Ready`: every selected pod registered (or adopted) and no problem.
+fn ready_condition(seen: &Seen<'_>, degraded: &[&Problem], conflicts: &[String]) -> Cond {
+    let Seen {
+        adopt,
+        plan,
+        instances,
+        awaiting,
+    } = *seen;
+    let invalid = degraded.iter().any(|p| matches!(p, Problem::InvalidSpec(_)));
     let ready = degraded.is_empty()
         && conflicts.is_empty()
         && awaiting.is_empty()
         && instances.registered as usize >= plan.desired.len();
-    let ready_reason = match () {
-        _ if invalid.is_some() => "InvalidSpec",
+    let reason = match () {
+        _ if invalid => "InvalidSpec",
         _ if !conflicts.is_empty() => "Conflict",
         _ if !degraded.is_empty() => "Degraded",
         _ if !awaiting.is_empty() => "AwaitingRegistration",
         _ if adopt => "InstancesAdopted",
         _ => "InstancesRegistered",
     };
-    let mut ready_message = format!(
+    let mut message = format!(
         "{} of {} selected pods {} as {} ({} UP)",
         instances.registered,
         plan.selected,
@@ -165,50 +203,42 @@ pub fn status(
         if awaiting.len() > SHOWN {
             names.push_str(&format!(" and {} more", awaiting.len() - SHOWN));
         }
-        ready_message.push_str(&format!("; waiting for the Eureka clients of {names} to register"));
+        message.push_str(&format!("; waiting for the Eureka clients of {names} to register"));
     }
-    let conds = vec![
-        Cond {
-            type_: "Ready",
-            ok: ready,
-            reason: ready_reason.into(),
-            message: ready_message,
+    Cond {
+        type_: "Ready",
+        ok: ready,
+        reason: reason.into(),
+        message,
+    }
+}
+
+/// `Degraded`: the problems other than instance-id conflicts.
+fn degraded_condition(degraded: &[&Problem]) -> Cond {
+    Cond {
+        type_: "Degraded",
+        ok: !degraded.is_empty(),
+        reason: degraded.first().map_or("AsExpected", |p| p.reason()).into(),
+        message: if degraded.is_empty() {
+            "no problems".into()
+        } else {
+            degraded.iter().map(|p| p.message()).collect::<Vec<_>>().join("; ")
         },
-        Cond {
-            type_: "Degraded",
-            ok: !degraded.is_empty(),
-            reason: degraded.first().map_or("AsExpected", |p| p.reason()).into(),
-            message: if degraded.is_empty() {
-                "no problems".into()
-            } else {
-                degraded.iter().map(|p| p.message()).collect::<Vec<_>>().join("; ")
-            },
-        },
-        Cond {
-            type_: "Conflict",
-            ok: !conflicts.is_empty(),
-            reason: if conflicts.is_empty() {
-                "NoConflict"
-            } else {
-                "InstanceIdConflict"
-            }
-            .into(),
-            message: if conflicts.is_empty() {
-                "no instance id conflicts".into()
-            } else {
-                conflicts.join("; ")
-            },
-        },
-    ];
-    let ts = timestamp(now);
-    EurekaAppStatus {
-        observed_generation: app.metadata.generation,
-        conditions: conditions(previous, conds, app.metadata.generation, ts),
-        app_name: Some(plan.app_name.clone()),
-        selected_pods: plan.selected as i64,
-        instances,
-        awaiting_registration: awaiting.len() as i64,
-        last_sync_time: Some(Time(ts)),
+    }
+}
+
+/// `Conflict`: instance ids another owner holds.
+fn conflict_condition(conflicts: &[String]) -> Cond {
+    let (reason, message) = if conflicts.is_empty() {
+        ("NoConflict", "no instance id conflicts".to_string())
+    } else {
+        ("InstanceIdConflict", conflicts.join("; "))
+    };
+    Cond {
+        type_: "Conflict",
+        ok: !conflicts.is_empty(),
+        reason: reason.into(),
+        message,
     }
 }
 

@@ -658,6 +658,7 @@ fn owner(pod: &str) -> PodOwner {
     }
 }
 
+/// One pod instance through the writes others may try on it, in turn (one state, so one test).
 #[test]
 fn pod_instances_are_owned_by_the_controller() {
     let mut r = registry();
@@ -772,6 +773,8 @@ fn spec_override(status: Status) -> PodOverrides {
     }
 }
 
+/// One pod's override layers changed in turn; each step starts from the state the one before
+/// left, so this stays one test.
 #[test]
 fn pod_overrides_combine_owner_and_rest_layers() {
     let mut r = registry();

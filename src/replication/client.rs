@@ -274,60 +274,7 @@ pub struct Renewal {
 /// Reads only `(app, instanceId, leaseInfo)` of each instance of an `applications` document,
 /// skipping everything else without building a tree.
 fn renewals(body: &[u8]) -> Result<std::collections::HashMap<(String, String), Renewal>, DecodeError> {
-    use serde::Deserialize;
-
-    /// Jackson writes a single element without the list around it.
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum OneOrMany<T> {
-        Many(Vec<T>),
-        One(T),
-    }
-    impl<T> OneOrMany<T> {
-        fn into_vec(self) -> Vec<T> {
-            match self {
-                OneOrMany::Many(v) => v,
-                OneOrMany::One(t) => vec![t],
-            }
-        }
-    }
-    #[derive(Deserialize)]
-    struct Doc {
-        applications: Apps,
-    }
-    #[derive(Deserialize)]
-    struct Apps {
-        #[serde(default)]
-        application: Option<OneOrMany<App>>,
-    }
-    #[derive(Deserialize)]
-    struct App {
-        #[serde(default)]
-        instance: Option<OneOrMany<Instance>>,
-    }
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Instance {
-        #[serde(default)]
-        instance_id: Option<String>,
-        #[serde(default)]
-        host_name: String,
-        #[serde(default)]
-        app: String,
-        #[serde(default)]
-        lease_info: Option<Lease>,
-    }
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Lease {
-        #[serde(default)]
-        last_renewal_timestamp: i64,
-        #[serde(default = "default_duration")]
-        duration_in_secs: i64,
-    }
-    fn default_duration() -> i64 {
-        90
-    }
+    use renewals_doc::{Doc, OneOrMany};
     let doc: Doc = serde_json::from_slice(body).map_err(|e| DecodeError::new(format!("invalid JSON: {e}")))?;
     let mut out = std::collections::HashMap::new();
     for app in doc
@@ -349,6 +296,64 @@ fn renewals(body: &[u8]) -> Result<std::collections::HashMap<(String, String), R
         }
     }
     Ok(out)
+}
+
+/// The parts of an `applications` document [`renewals`] reads; serde skips the rest.
+mod renewals_doc {
+    use serde::Deserialize;
+
+    /// Jackson writes a single element without the list around it.
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    pub enum OneOrMany<T> {
+        Many(Vec<T>),
+        One(T),
+    }
+    impl<T> OneOrMany<T> {
+        pub fn into_vec(self) -> Vec<T> {
+            match self {
+                OneOrMany::Many(v) => v,
+                OneOrMany::One(t) => vec![t],
+            }
+        }
+    }
+    #[derive(Deserialize)]
+    pub struct Doc {
+        pub applications: Apps,
+    }
+    #[derive(Deserialize)]
+    pub struct Apps {
+        #[serde(default)]
+        pub application: Option<OneOrMany<App>>,
+    }
+    #[derive(Deserialize)]
+    pub struct App {
+        #[serde(default)]
+        pub instance: Option<OneOrMany<Instance>>,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct Instance {
+        #[serde(default)]
+        pub instance_id: Option<String>,
+        #[serde(default)]
+        pub host_name: String,
+        #[serde(default)]
+        pub app: String,
+        #[serde(default)]
+        pub lease_info: Option<Lease>,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct Lease {
+        #[serde(default)]
+        pub last_renewal_timestamp: i64,
+        #[serde(default = "default_duration")]
+        pub duration_in_secs: i64,
+    }
+    fn default_duration() -> i64 {
+        90
+    }
 }
 
 /// A non-success answer as an error: 401/403 are about credentials, anything else is a refusal.

@@ -118,6 +118,25 @@ pub fn plan(ours: &HashMap<Key, Renewal>, theirs: &[HashMap<Key, Renewal>], now:
     repairs
 }
 
+/// Our renewals of the instances that are not pods of a cluster. An adopted instance lives as
+/// long as its pod, whatever its lease says, so it counts as renewed now.
+fn our_renewals(ours: &HashMap<Key, &InstanceView>, now: i64) -> HashMap<Key, Renewal> {
+    ours.iter()
+        .map(|(k, v)| {
+            let last_renewal = if v.origin == Origin::Adopted {
+                now
+            } else {
+                v.lease.last_renewal_ts
+            };
+            let renewal = Renewal {
+                last_renewal,
+                duration_ms: i64::from(v.lease.duration_secs) * 1000,
+            };
+            (k.clone(), renewal)
+        })
+        .collect()
+}
+
 /// The instance `key` of a fetched registry.
 fn instance_of<'a>(fetched: &'a Fetched, key: &Key) -> Option<&'a InstanceInfo> {
     fetched.instances.iter().find(|i| i.app == key.0 && i.id() == key.1)
@@ -199,9 +218,8 @@ impl Replicator {
     #[tracing::instrument(name = "anti_entropy", skip_all)]
     async fn compare_with_peers(&self) {
         let queues = self.queues_of(None);
-        let replicas: Vec<&Arc<PeerQueue>> = queues.iter().filter(|q| q.kind == PeerKind::Replica).collect();
         let mut fetched: Vec<(&Arc<PeerQueue>, Fetched)> = Vec::new();
-        for q in &replicas {
+        for q in queues.iter().filter(|q| q.kind == PeerKind::Replica) {
             match self.client.fetch_with_renewals(&q.url, true).await {
                 Ok(f) => fetched.push((q, f)),
                 Err(e) => tracing::debug!(peer = %q.url.display(), error = %e, "could not compare registries"),
@@ -215,23 +233,16 @@ impl Replicator {
             .filter(|i| i.origin != Origin::Pod)
             .map(|i| ((i.info.app.clone(), i.id().to_string()), i))
             .collect();
-        let our_renewals: HashMap<Key, Renewal> = ours
-            .iter()
-            .map(|(k, v)| {
-                // An adopted instance lives as long as its pod, whatever its lease says.
-                let last_renewal = if v.origin == Origin::Adopted {
-                    now
-                } else {
-                    v.lease.last_renewal_ts
-                };
-                let renewal = Renewal {
-                    last_renewal,
-                    duration_ms: i64::from(v.lease.duration_secs) * 1000,
-                };
-                (k.clone(), renewal)
-            })
-            .collect();
-        // Theirs that a claim here adopts are live too.
+        let theirs = self.their_renewals(&fetched, now);
+        let repairs = plan(&our_renewals(&ours, now), &theirs, now);
+        self.repair_peers(&repairs, &fetched, &ours);
+        self.repair_here(&repairs, &fetched);
+        self.cancel_gone_pods_on_java(&queues).await;
+    }
+
+    /// Each fetched replica's renewals of the instances that are not pods of a cluster; one
+    /// that a claim here adopts counts as renewed now.
+    fn their_renewals(&self, fetched: &[(&Arc<PeerQueue>, Fetched)], now: i64) -> Vec<HashMap<Key, Renewal>> {
         let claimed: Vec<HashSet<Key>> = self.state.with_registry(|r, now| {
             fetched
                 .iter()
@@ -244,7 +255,7 @@ impl Replicator {
                 })
                 .collect()
         });
-        let theirs: Vec<HashMap<Key, Renewal>> = fetched
+        fetched
             .iter()
             .zip(&claimed)
             .map(|((_, f), claimed)| {
@@ -258,51 +269,55 @@ impl Replicator {
                     .iter()
                     .filter(|(k, _)| !pods.contains(*k))
                     .map(|(k, r)| {
-                        let r = if claimed.contains(k) {
-                            Renewal {
-                                last_renewal: now,
-                                ..*r
-                            }
-                        } else {
-                            *r
-                        };
-                        (k.clone(), r)
+                        let last_renewal = if claimed.contains(k) { now } else { r.last_renewal };
+                        (k.clone(), Renewal { last_renewal, ..*r })
                     })
                     .collect()
             })
-            .collect();
-        let repairs = plan(&our_renewals, &theirs, now);
-        self.apply_repairs(&repairs, &fetched, &ours);
-        self.cancel_gone_pods_on_java(&queues).await;
+            .collect()
     }
 
-    fn apply_repairs(
+    fn count(&self, action: &'static str, n: usize) {
+        self.metrics
+            .repairs
+            .get_or_create(&RepairLabels { action })
+            .inc_by(n as u64);
+    }
+
+    /// Sends replicas the live instances they lack and cancels there those nobody renewed.
+    fn repair_peers(
         &self,
         repairs: &Repairs,
         fetched: &[(&Arc<PeerQueue>, Fetched)],
         ours: &HashMap<Key, &InstanceView>,
     ) {
         let at = Instant::now();
-        let count = |action: &'static str, n: usize| {
-            self.metrics
-                .repairs
-                .get_or_create(&RepairLabels { action })
-                .inc_by(n as u64);
-        };
         for (n, keys) in &repairs.push {
             let q = fetched[*n].0;
-            for key in keys {
-                if !ours.contains_key(key) {
-                    continue;
-                }
+            for key in keys.iter().filter(|k| ours.contains_key(*k)) {
                 // As the client registered it (an adopted instance's status is the pod's here).
                 if let Some(view) = self.state.with_registry(|r, _| r.replica_view(&key.0, &key.1)) {
                     self.enqueue(q, register_record(&view, Writer::Client), at);
                 }
             }
             tracing::info!(peer = %q.url.display(), instances = keys.len(), "sent a replica the live instances it lacked");
-            count("registered_on_peer", keys.len());
+            self.count("registered_on_peer", keys.len());
         }
+        for (n, keys) in &repairs.cancel {
+            let q = fetched[*n].0;
+            for key in keys {
+                let Some(info) = instance_of(&fetched[*n].1, key) else {
+                    continue;
+                };
+                tracing::info!(peer = %q.url.display(), id = %key.1, "cancelled an instance a replica kept after a partition; no replica saw it renew");
+                self.enqueue(q, cancel_record(info, Writer::Expiry, Origin::Native), at);
+            }
+            self.count("cancelled_on_peer", keys.len());
+        }
+    }
+
+    /// Takes the live instances only replicas have and renews those only they saw renew.
+    fn repair_here(&self, repairs: &Repairs, fetched: &[(&Arc<PeerQueue>, Fetched)]) {
         for (key, n) in &repairs.take {
             let Some(info) = instance_of(&fetched[*n].1, key) else {
                 continue;
@@ -310,7 +325,7 @@ impl Replicator {
             let q = fetched[*n].0;
             tracing::info!(peer = %q.url.display(), id = %key.1, "took a live instance a replica had and this one lacked");
             self.state.apply(Command::RegisterCopy { info: info.clone() });
-            count("taken_from_peer", 1);
+            self.count("taken_from_peer", 1);
         }
         for key in &repairs.refresh {
             self.state.apply(Command::Renew {
@@ -326,18 +341,7 @@ impl Replicator {
                 instances = repairs.refresh.len(),
                 "renewed instances whose heartbeats reached only other replicas"
             );
-            count("renewed_from_peer", repairs.refresh.len());
-        }
-        for (n, keys) in &repairs.cancel {
-            let q = fetched[*n].0;
-            for key in keys {
-                let Some(info) = instance_of(&fetched[*n].1, key) else {
-                    continue;
-                };
-                tracing::info!(peer = %q.url.display(), id = %key.1, "cancelled an instance a replica kept after a partition; no replica saw it renew");
-                self.enqueue(q, cancel_record(info, Writer::Expiry, Origin::Native), at);
-            }
-            count("cancelled_on_peer", keys.len());
+            self.count("renewed_from_peer", repairs.refresh.len());
         }
     }
 

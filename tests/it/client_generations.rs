@@ -225,8 +225,14 @@ async fn load_balancing(server: &str, base: &str, app: &SpringApp, tag: &str) ->
         },
     )
     .await;
+    // Ours must follow within one refresh. Java is only reported: a hashcode mismatch on one of
+    // its deltas (seen under load) sends the client to a full fetch first, a refresh or more later.
+    println!(
+        "on {server}, calls stopped reaching {a} {} delta fetches after its override",
+        d1 - d0
+    );
     assert!(
-        d1 <= d0 + 2,
+        server != "ours" || d1 <= d0 + 2,
         "on {server}, calls still reached {a} {} delta fetches after its override (more than one refresh)",
         d1 - d0
     );

@@ -425,8 +425,11 @@ fn adopt_mode_plans_claims_on_the_pods_endpoints_not_instances() {
         }
     );
     assert_eq!(c.linger_ms, 5_000);
+}
 
-    // Not Ready: the configured status; an override from the EurekaApp or the pod's annotation.
+/// Not Ready: the configured status; an override from the EurekaApp or the pod's annotation.
+#[test]
+fn adopt_mode_claims_carry_readiness_and_overrides() {
     let mut unready = pod("orders-1", "");
     unready.ready = false;
     let down = app(&format!("{ADOPT}  notReady: DOWN\n"));
@@ -449,8 +452,11 @@ fn adopt_mode_plans_claims_on_the_pods_endpoints_not_instances() {
             spec: Status::OutOfService
         }
     );
+}
 
-    // Terminating: OUT_OF_SERVICE during the drain (look again when it ends), then drained.
+/// Terminating: OUT_OF_SERVICE during the drain (look again when it ends), then drained.
+#[test]
+fn adopt_mode_claims_drain_a_terminating_pod() {
     let mut term = pod("orders-1", "");
     term.deleting_since = Some(NOW - 1_000);
     let p = run(&app(ADOPT), std::slice::from_ref(&term));
@@ -469,7 +475,10 @@ fn adopt_mode_plans_claims_on_the_pods_endpoints_not_instances() {
     let at_once = app(&format!("{ADOPT}  terminating: Deregister\n"));
     term.deleting_since = Some(NOW);
     assert_eq!(run(&at_once, &[term]).claims[0].state, ClaimState::Drained);
+}
 
+#[test]
+fn adopt_mode_holds_pods_it_cannot_claim() {
     // No address yet: nothing to recognize a registration by.
     let mut scheduled = pod("orders-1", "");
     scheduled.ips.clear();
@@ -479,7 +488,10 @@ fn adopt_mode_plans_claims_on_the_pods_endpoints_not_instances() {
     assert!(p.claims.is_empty());
     assert_eq!(p.held, ["orders-1"]);
     assert_eq!(p.problems[0].reason(), "PortNotFound");
+}
 
+#[test]
+fn adopt_mode_matches_by_id_and_refuses_not_ready_deregister() {
     // Matching by id too: the preset's (Spring's) id.
     let by_id = app(&format!(
         "{ADOPT}  preset: Spring\n  adoption: {{matchInstanceId: true}}\n"

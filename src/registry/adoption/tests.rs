@@ -172,6 +172,8 @@ fn a_registration_that_comes_first_is_native_until_the_claim_adopts_it_in_place(
     assert_eq!(state(&mut r, "a", T0), Some((Status::Up, Origin::Adopted)));
 }
 
+/// One adopted registration through each layer of its status in turn; each step starts from
+/// the state the one before left, so this stays one test.
 #[test]
 fn the_pods_state_comes_first_then_overrides_then_the_clients_status() {
     let mut r = registry();
@@ -433,6 +435,7 @@ fn a_newer_registration_from_the_same_pod_supersedes_an_older_one() {
     );
 }
 
+/// What replicates, step by step, from one adopted registration (one state, so one test).
 #[test]
 fn replicas_learn_the_clients_word_and_java_the_status_shown() {
     let mut r = registry();
@@ -591,6 +594,7 @@ fn matching_by_instance_id_and_rival_claims() {
     );
 }
 
+/// A client's metadata edits on an adopted registration, in turn (one state, so one test).
 #[test]
 fn a_metadata_edit_keeps_the_clients_status_and_the_caps_apply() {
     let mut r = registry();
