@@ -23,7 +23,11 @@ use axum::{
 };
 use tokio::sync::watch;
 use tower::Layer;
-use tower_http::normalize_path::NormalizePathLayer;
+use tower_http::{
+    normalize_path::NormalizePathLayer,
+    trace::{DefaultMakeSpan, DefaultOnEos, DefaultOnFailure, DefaultOnResponse, TraceLayer},
+};
+use tracing::Level;
 
 use crate::{
     health::Health,
@@ -118,7 +122,17 @@ pub fn router(api: Api, access: Option<auth::Access>) -> Router {
         Some(a) => router.layer(middleware::from_fn_with_state(a, auth::require)),
         None => router,
     };
-    Router::new().fallback_service(NormalizePathLayer::trim_trailing_slash().layer(router))
+    // A debug span per request (method and URI) around every log line it causes; the response
+    // and its end are logged at trace, a 5xx at debug (load shedding is not an error of ours).
+    let trace = TraceLayer::new_for_http()
+        .make_span_with(DefaultMakeSpan::new().level(Level::DEBUG))
+        .on_request(())
+        .on_response(DefaultOnResponse::new().level(Level::TRACE))
+        .on_eos(DefaultOnEos::new().level(Level::TRACE))
+        .on_failure(DefaultOnFailure::new().level(Level::DEBUG));
+    Router::new()
+        .fallback_service(NormalizePathLayer::trim_trailing_slash().layer(router))
+        .layer(trace)
 }
 
 /// Every Eureka endpoint, each observed under a bounded metrics label; a method an endpoint does
