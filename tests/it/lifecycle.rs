@@ -220,19 +220,7 @@ async fn a_rolling_update_keeps_a_spring_client_at_full_strength() {
                 if let Ok(r) = http.get(format!("{base}/seen-all/ORDERS")).send().await
                     && let Ok(v) = r.json::<serde_json::Value>().await
                 {
-                    let seen = v
-                        .as_array()
-                        .map(|a| {
-                            a.iter()
-                                .map(|i| {
-                                    (
-                                        i["id"].as_str().unwrap_or("").to_string(),
-                                        i["status"].as_str().unwrap_or("").to_string(),
-                                    )
-                                })
-                                .collect()
-                        })
-                        .unwrap_or_default();
+                    let seen = crate::common::eureka::id_status_pairs(&v);
                     samples.lock().unwrap().push((at, seen));
                 }
                 tokio::time::sleep(Duration::from_millis(250)).await;
