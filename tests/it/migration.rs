@@ -17,7 +17,9 @@ use std::{
 
 use crate::common::{
     eureka::{Heartbeats, JavaServer, Native, SpringClient, app_instances, http, wait_app_instances},
-    operator::{Operator, delete_pod, instance, kubectl_apply, namespace, pod, prepared, set_ready},
+    operator::{
+        Operator, delete_pod, finish_pod_deletion, instance, kubectl_apply, namespace, pod, prepared, set_ready,
+    },
     process::{free_port, wait_for},
 };
 
@@ -299,6 +301,9 @@ async fn the_migration_guide_moves_a_spring_service_off_java_eureka_with_no_gap_
     assert!([200, 404].contains(&played1.cancel().await));
     let after = [(id2.as_str(), "UP"), (id3.as_str(), "UP")];
     wait_all(&all, APP, &after).await;
+    // Their processes stopped, the kubelet removes the old pods.
+    finish_pod_deletion(&client, ns, "payments-0").await;
+    finish_pod_deletion(&client, ns, "payments-1").await;
     // The service outside moves too: its heartbeats go to the operator, which has it already.
     drop(legacy_beats);
     let _legacy_beats = Heartbeats::start(vec![legacy.on(&url0)], Duration::from_millis(300));

@@ -243,6 +243,12 @@ impl JavaServer {
             .arg("--eureka.server.eviction-interval-timer-in-ms=1000")
             .arg("--eureka.server.use-read-only-response-cache=false")
             .arg("--eureka.server.response-cache-update-interval-ms=1000")
+            // Java's response cache (a Guava LoadingCache) keeps a payload whose load was in
+            // flight when a registration invalidated it, until the entry expires (180 s by
+            // default): a poll of a cold JVM's first `/apps/{app}` overlapping a registration
+            // hid that instance from the app's list for minutes. Expiring entries after 5 s
+            // bounds that staleness without changing anything else of Java's answers.
+            .arg("--eureka.server.response-cache-auto-expiration-in-seconds=5")
             .arg("--eureka.server.wait-time-in-ms-when-sync-empty=0");
         let has = |k: &str| extra.iter().any(|e| e.starts_with(&format!("--{k}=")));
         if !has("eureka.client.register-with-eureka") {

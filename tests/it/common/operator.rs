@@ -324,6 +324,18 @@ pub async fn delete_pod(client: &kube::Client, ns: &str, name: &str) {
         .unwrap();
 }
 
+/// The kubelet's last step once a terminating pod's containers have stopped: the pod object
+/// goes (a delete with no grace period). There is no kubelet here, so without this a deleted
+/// pod stays terminating for good.
+pub async fn finish_pod_deletion(client: &kube::Client, ns: &str, name: &str) {
+    let api = Api::<Pod>::namespaced(client.clone(), ns);
+    match api.delete(name, &DeleteParams::default().grace_period(0)).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => panic!("failed to finish deleting pod {ns}/{name}: {e}"),
+    }
+}
+
 /// `kubectl apply -f -` of a manifest; the result (stdout+stderr) and whether it succeeded.
 pub fn kubectl_apply(cluster: &Cluster, manifest: &str) -> (bool, String) {
     let mut cmd = cluster.kubectl();
