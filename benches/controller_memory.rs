@@ -27,7 +27,7 @@ use eureka_operator::{
         crd::EurekaAppSpec,
         index::{Index, Scope},
         plan::{self, Context, Target},
-        pods::{PodInfo, WatchedPod},
+        pods::{Interner, PodInfo, WatchedPod},
     },
     registry::{Command, Registry, RegistryConfig},
     state::{AppState, Clock, SystemClock},
@@ -150,11 +150,12 @@ fn main() {
 
     // Watched: what the index keeps.
     let mut index = Index::new(vec![Scope::All]);
+    let mut interner = Interner::default();
     let before = live();
     for ns in 0..namespaces {
         for i in 0..PER_NAMESPACE.min(pods - ns * PER_NAMESPACE) {
             let watched: WatchedPod = serde_json::from_str(&pod_json(ns, i)).unwrap();
-            let info = PodInfo::from_watched(&watched).unwrap();
+            let info = PodInfo::from_watched(&watched, &mut interner).unwrap();
             index.apply_pod(info);
         }
     }

@@ -57,7 +57,7 @@ use super::{
     crd::{EurekaApp, EurekaAppStatus, FINALIZER, InstanceCounts, ReadinessGate, Registration},
     index::{AppKey, Index, Scope, Snapshot, Touched},
     plan::{self, Context as PlanContext, Plan, Problem, Target, selector_matches},
-    pods::{PodInfo, WatchedPod},
+    pods::{Interner, PodInfo, WatchedPod},
     status::{self, Note, NoteLimiter},
     watch::{Backoff, Follower, follow},
 };
@@ -248,6 +248,8 @@ pub struct Context {
     settings: Settings,
     /// Pods and node zones.
     index: RwLock<Index>,
+    /// The strings the pod projections share.
+    interner: Mutex<Interner>,
     /// The EurekaApps (the controllers' reflectors).
     stores: Stores,
     /// Reconcile requests by scope.
@@ -410,6 +412,7 @@ pub async fn run(settings: Settings, parts: Parts, shutdown: Shutdown) -> anyhow
     complete.waiting("waiting for the Pod, Node and EurekaApp watches to list");
     let ctx = Arc::new(Context {
         index: RwLock::new(Index::new(scopes.clone())),
+        interner: Mutex::default(),
         client: client.clone(),
         state: state.clone(),
         settings,
@@ -590,7 +593,7 @@ impl Follower<WatchedPod> for PodFollower {
     type Item = PodInfo;
 
     fn project(&self, pod: &WatchedPod) -> Option<PodInfo> {
-        PodInfo::from_watched(pod)
+        PodInfo::from_watched(pod, &mut self.ctx.interner.lock())
     }
 
     fn applied(&self, pod: PodInfo) {
@@ -971,7 +974,7 @@ impl Context {
             .filter(|o| !wanted.contains(o.pod.as_str()) && !held.contains(o.pod.as_str()))
             .collect();
         for owner in stale {
-            let running = pods.iter().any(|p| p.name == owner.pod && !p.finished());
+            let running = pods.iter().any(|p| *p.name == *owner.pod && !p.finished());
             self.state.apply(Command::Unclaim {
                 owner,
                 pod_gone: !running,
@@ -1307,7 +1310,7 @@ fn gate_waiting(
         .filter(|d| up.contains(d.info.id()))
         .filter(|d| {
             pods.iter().any(|p| {
-                p.name == d.owner.pod && p.declares(&gate.condition_type) && !p.gate_open(&gate.condition_type)
+                *p.name == *d.owner.pod && p.declares(&gate.condition_type) && !p.gate_open(&gate.condition_type)
             })
         })
         .map(|d| (d.owner.pod.clone(), d.info.app.clone(), d.info.id().to_string()))
@@ -1327,7 +1330,7 @@ fn adopted_gate_waiting(
         .filter(|(_, v)| v.info.status == crate::registry::instance::Status::Up)
         .filter(|(o, _)| {
             pods.iter()
-                .any(|p| p.name == o.pod && p.declares(&gate.condition_type) && !p.gate_open(&gate.condition_type))
+                .any(|p| *p.name == *o.pod && p.declares(&gate.condition_type) && !p.gate_open(&gate.condition_type))
         })
         .map(|(o, v)| (o.pod.clone(), v.info.app.clone(), v.id().to_string()))
         .collect()

@@ -11,7 +11,10 @@ use std::{
     sync::Arc,
 };
 
-use super::{crd::EurekaApp, pods::PodInfo};
+use super::{
+    crd::EurekaApp,
+    pods::{Labels, PodInfo, Text},
+};
 
 /// Names an EurekaApp.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -74,7 +77,7 @@ impl std::fmt::Display for Scope {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Touched {
     pub namespace: String,
-    pub labels: Vec<BTreeMap<String, String>>,
+    pub labels: Vec<Labels>,
 }
 
 /// What a reconcile reads.
@@ -88,8 +91,8 @@ pub struct Snapshot {
 /// See the module docs.
 #[derive(Debug)]
 pub struct Index {
-    /// Pod projections by namespace, then name.
-    pods: HashMap<String, BTreeMap<String, Arc<PodInfo>>>,
+    /// Pod projections by namespace, then name (both keys shared with the projection).
+    pods: HashMap<Text, BTreeMap<Text, Arc<PodInfo>>>,
     /// Node zones, shared with snapshots (copied on write).
     zones: Arc<BTreeMap<String, String>>,
     /// The pod watch scopes, and which have listed once.
@@ -124,7 +127,7 @@ impl Index {
     /// A pod was added or changed; `None` when nothing a plan reads changed.
     pub fn apply_pod(&mut self, mut pod: PodInfo) -> Option<Touched> {
         let ns = self.pods.entry(pod.namespace.clone()).or_default();
-        let first = ns.get(&pod.name).and_then(|p| p.deleting_since);
+        let first = ns.get(&*pod.name).and_then(|p| p.deleting_since);
         keep_drain_start(&mut pod, first);
         let pod = Arc::new(pod);
         let old = ns.insert(pod.name.clone(), pod.clone());
@@ -134,7 +137,7 @@ impl Index {
         let mut labels = vec![pod.labels.clone()];
         labels.extend(old.map(|o| o.labels.clone()).filter(|l| *l != pod.labels));
         Some(Touched {
-            namespace: pod.namespace.clone(),
+            namespace: pod.namespace.to_string(),
             labels,
         })
     }
@@ -154,16 +157,21 @@ impl Index {
     /// A completed re-list of the pods of `scope`; returns the namespaces whose pods may have
     /// changed (those before and after).
     pub fn replace_pods(&mut self, scope: &Scope, pods: Vec<PodInfo>) -> Vec<String> {
-        let mut touched: HashSet<String> = self.pods.keys().filter(|ns| scope.contains(ns)).cloned().collect();
-        let old: HashMap<String, BTreeMap<String, Arc<PodInfo>>> =
+        let mut touched: HashSet<String> = self
+            .pods
+            .keys()
+            .filter(|ns| scope.contains(ns))
+            .map(|ns| ns.to_string())
+            .collect();
+        let old: HashMap<Text, BTreeMap<Text, Arc<PodInfo>>> =
             self.pods.extract_if(|ns, _| scope.contains(ns)).collect();
         for mut pod in pods {
             let first = old
-                .get(&pod.namespace)
-                .and_then(|ns| ns.get(&pod.name))
+                .get(&*pod.namespace)
+                .and_then(|ns| ns.get(&*pod.name))
                 .and_then(|p| p.deleting_since);
             keep_drain_start(&mut pod, first);
-            touched.insert(pod.namespace.clone());
+            touched.insert(pod.namespace.to_string());
             self.pods
                 .entry(pod.namespace.clone())
                 .or_default()
@@ -194,7 +202,7 @@ impl Index {
         self.zones = Arc::new(zones);
         self.nodes_listed = true;
         if changed {
-            self.pods.keys().cloned().collect()
+            self.pods.keys().map(|ns| ns.to_string()).collect()
         } else {
             Vec::new()
         }
@@ -209,13 +217,13 @@ impl Index {
         self.pods
             .iter()
             .filter_map(|(ns, pods)| {
-                let labels: Vec<BTreeMap<String, String>> = pods
+                let labels: Vec<Labels> = pods
                     .values()
                     .filter(|p| p.node_name.as_deref() == Some(node))
                     .map(|p| p.labels.clone())
                     .collect();
                 (!labels.is_empty()).then(|| Touched {
-                    namespace: ns.clone(),
+                    namespace: ns.to_string(),
                     labels,
                 })
             })
@@ -251,14 +259,14 @@ mod tests {
         PodInfo {
             namespace: ns.into(),
             name: name.into(),
-            labels: [("app".to_string(), label.to_string())].into(),
+            labels: [("app", label)].into_iter().collect(),
             node_name: Some("n1".into()),
             ..PodInfo::default()
         }
     }
 
-    fn labels(l: &str) -> BTreeMap<String, String> {
-        [("app".to_string(), l.to_string())].into()
+    fn labels(l: &str) -> Labels {
+        [("app", l)].into_iter().collect()
     }
 
     #[test]

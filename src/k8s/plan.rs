@@ -11,7 +11,7 @@ use super::{
         EurekaAppSpec, HostNameMode, IpFamily, NotReadyMapping, OverrideStatus, PodField, Preset, Registration,
         STATUS_OVERRIDE_ANNOTATION, TerminatingMapping, Urls,
     },
-    pods::PodInfo,
+    pods::{Labels, PodInfo},
 };
 use crate::registry::{
     Claim, ClaimKey, ClaimState, PodOverrides, PodOwner,
@@ -124,18 +124,19 @@ pub struct Plan {
 }
 
 /// Whether `labels` match `selector` (`matchLabels` and `matchExpressions` ANDed).
-pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> Result<bool, String> {
+pub fn selector_matches(selector: &LabelSelector, labels: &Labels) -> Result<bool, String> {
     for (k, v) in selector.match_labels.iter().flatten() {
-        if labels.get(k) != Some(v) {
+        if labels.get(k) != Some(v.as_str()) {
             return Ok(false);
         }
     }
     for expr in selector.match_expressions.iter().flatten() {
         let value = labels.get(&expr.key);
         let values = expr.values.as_deref().unwrap_or(&[]);
+        let listed = |v: &str| values.iter().any(|x| x == v);
         let ok = match expr.operator.as_str() {
-            "In" => value.is_some_and(|v| values.contains(v)),
-            "NotIn" => !value.is_some_and(|v| values.contains(v)),
+            "In" => value.is_some_and(listed),
+            "NotIn" => !value.is_some_and(listed),
             "Exists" => value.is_some(),
             "DoesNotExist" => value.is_none(),
             other => {
@@ -206,7 +207,7 @@ fn resolve_port(port: &IntOrString, pod: &PodInfo) -> Result<i32, Problem> {
             .map(|p| p.port)
             .or_else(|| name.parse().ok())
             .ok_or_else(|| Problem::PortNotFound {
-                pod: pod.name.clone(),
+                pod: pod.name.to_string(),
                 port: name.clone(),
             }),
     }
@@ -301,7 +302,7 @@ pub fn plan<'p>(target: &Target<'_>, pods: impl IntoIterator<Item = &'p PodInfo>
                 Ok(Some(claim)) => plan.claims.push(claim),
                 Ok(None) => {}
                 Err(problem) => {
-                    plan.held.push(pod.name.clone());
+                    plan.held.push(pod.name.to_string());
                     plan.problems.push(problem);
                 }
             }
@@ -319,7 +320,7 @@ pub fn plan<'p>(target: &Target<'_>, pods: impl IntoIterator<Item = &'p PodInfo>
             // No address yet: a pod being scheduled; it registers once it has one.
             Ok(None) => {}
             Err(problem) => {
-                plan.held.push(pod.name.clone());
+                plan.held.push(pod.name.to_string());
                 plan.problems.push(problem);
             }
         }
@@ -399,7 +400,7 @@ fn ports(spec: &EurekaAppSpec, pod: &PodInfo) -> Result<Ports, Problem> {
         None => pod
             .ports
             .iter()
-            .find(|p| p.protocol == "TCP")
+            .find(|p| &*p.protocol == "TCP")
             .map(|p| p.port)
             .unwrap_or(8080),
     };
@@ -425,7 +426,7 @@ fn pod_ip(spec: &EurekaAppSpec, pod: &PodInfo) -> Result<Option<String>, Problem
         Some(ip) => Ok(Some(ip.clone())),
         None if pod.ips.is_empty() => Ok(None),
         None => Err(Problem::NoAddress {
-            pod: pod.name.clone(),
+            pod: pod.name.to_string(),
             family,
         }),
     }
@@ -435,7 +436,7 @@ fn pod_ip(spec: &EurekaAppSpec, pod: &PodInfo) -> Result<Option<String>, Problem
 /// its address, answered from the `/etc/hosts` the kubelet writes): `hostname.subdomain.ns.svc.
 /// <domain>` when the pod has a subdomain, else its `hostname`, else its name.
 pub fn pod_hostname(pod: &PodInfo, cluster_domain: &str) -> String {
-    let host = pod.hostname.clone().unwrap_or_else(|| pod.name.clone());
+    let host = pod.hostname.clone().unwrap_or_else(|| pod.name.to_string());
     match &pod.subdomain {
         Some(sub) => format!("{host}.{sub}.{}.svc.{cluster_domain}", pod.namespace),
         None => host,
@@ -452,7 +453,7 @@ fn host_name(spec: &EurekaAppSpec, pod: &PodInfo, ip: &str, ctx: &Context<'_>) -
     match mode {
         HostNameMode::PodHostname => pod_hostname(pod, ctx.cluster_domain),
         HostNameMode::PodIP => ip.to_string(),
-        HostNameMode::PodName => pod.name.clone(),
+        HostNameMode::PodName => pod.name.to_string(),
         HostNameMode::PodFQDN => match (&pod.hostname, &pod.subdomain) {
             (Some(h), Some(s)) => format!("{h}.{s}.{}.svc.{}", pod.namespace, ctx.cluster_domain),
             _ => format!(
@@ -462,7 +463,7 @@ fn host_name(spec: &EurekaAppSpec, pod: &PodInfo, ip: &str, ctx: &Context<'_>) -
                 ctx.cluster_domain
             ),
         },
-        HostNameMode::NodeIP => pod.host_ip.clone().unwrap_or_else(|| ip.to_string()),
+        HostNameMode::NodeIP => pod.host_ip.as_deref().unwrap_or(ip).to_string(),
     }
 }
 
@@ -507,9 +508,9 @@ fn pod_instance(
     let overrides = overrides(spec, pod, problems);
     Ok(Some(Desired {
         owner: PodOwner {
-            namespace: pod.namespace.clone(),
+            namespace: pod.namespace.to_string(),
             eureka_app: c.target.name.to_string(),
-            pod: pod.name.clone(),
+            pod: pod.name.to_string(),
         },
         info,
         overrides,
@@ -562,9 +563,9 @@ fn claim(
     let match_id = spec.adoption.is_some_and(|a| a.match_instance_id);
     Ok(Some(Claim {
         owner: PodOwner {
-            namespace: pod.namespace.clone(),
+            namespace: pod.namespace.to_string(),
             eureka_app: c.target.name.to_string(),
-            pod: pod.name.clone(),
+            pod: pod.name.to_string(),
         },
         key: ClaimKey {
             app: c.app.to_string(),
@@ -621,23 +622,23 @@ fn set_metadata(
         }
         for k in &m.from_labels {
             if let Some(v) = pod.labels.get(k) {
-                md.insert(metadata_key(k), v.clone());
+                md.insert(metadata_key(k), v);
             }
         }
         for k in &m.from_annotations {
             if let Some(v) = pod.annotations.get(k) {
-                md.insert(metadata_key(k), v.clone());
+                md.insert(metadata_key(k), v);
             }
         }
         for f in &m.pod_fields {
             let (key, value) = match f {
-                PodField::Namespace => ("k8s.namespace", Some(pod.namespace.clone())),
-                PodField::PodName => ("k8s.podName", Some(pod.name.clone())),
+                PodField::Namespace => ("k8s.namespace", Some(pod.namespace.to_string())),
+                PodField::PodName => ("k8s.podName", Some(pod.name.to_string())),
                 PodField::PodUID => ("k8s.podUid", Some(pod.uid.clone())),
                 PodField::PodIP => ("k8s.podIp", Some(ip.to_string())),
-                PodField::NodeName => ("k8s.node", pod.node_name.clone()),
-                PodField::ServiceAccount => ("k8s.serviceAccount", pod.service_account.clone()),
-                PodField::Workload => ("k8s.workload", pod.workload.clone()),
+                PodField::NodeName => ("k8s.node", pod.node_name.as_deref().map(str::to_string)),
+                PodField::ServiceAccount => ("k8s.serviceAccount", pod.service_account.as_deref().map(str::to_string)),
+                PodField::Workload => ("k8s.workload", pod.workload.as_deref().map(str::to_string)),
             };
             if let Some(v) = value {
                 md.insert(key, v);
@@ -649,7 +650,7 @@ fn set_metadata(
         value: None,
     });
     let node_zone = if zone_spec.from_node {
-        pod.node_name.as_ref().and_then(|n| ctx.node_zones.get(n))
+        pod.node_name.as_deref().and_then(|n| ctx.node_zones.get(n))
     } else {
         None
     };
@@ -661,9 +662,9 @@ fn set_metadata(
     }
     md.insert(keys::OWNER, keys::OWNER_VALUE);
     md.insert(keys::CLUSTER, ctx.cluster_id);
-    md.insert(keys::NAMESPACE, pod.namespace.clone());
+    md.insert(keys::NAMESPACE, pod.namespace.to_string());
     md.insert(keys::EUREKA_APP, target.name);
-    md.insert(keys::POD, pod.name.clone());
+    md.insert(keys::POD, pod.name.to_string());
 }
 
 /// The overrides Kubernetes holds for a pod: its REST-set annotation; the EurekaApp's first
@@ -676,8 +677,8 @@ fn overrides(spec: &EurekaAppSpec, pod: &PodInfo, problems: &mut Vec<Problem>) -
             Some(s) => Some(s),
             None => {
                 problems.push(Problem::BadOverrideAnnotation {
-                    pod: pod.name.clone(),
-                    value: v.clone(),
+                    pod: pod.name.to_string(),
+                    value: v.to_string(),
                 });
                 None
             }

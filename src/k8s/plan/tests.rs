@@ -116,7 +116,7 @@ spec:
 "#);
     assert_eq!(run(&a, &[pod("orders-1", "")]).selected, 0);
     let mut canary = pod("orders-2", "");
-    canary.labels.insert("track".into(), "canary".into());
+    canary.labels.insert("track", "canary");
     assert_eq!(run(&a, &[pod("orders-1", ""), canary]).selected, 1);
     let bad = app(r#"
 metadata: {name: orders, namespace: shop}
@@ -272,9 +272,9 @@ spec:
   zone: {fromNode: false, value: eu-1}
 "#);
     let mut p = pod("orders-1", "");
-    p.labels.insert("app.kubernetes.io/version".into(), "1.2.3".into());
-    p.annotations.insert("owner".into(), "alice".into());
-    p.annotations.insert("secret".into(), "no".into());
+    p.labels.insert("app.kubernetes.io/version", "1.2.3");
+    p.annotations.insert("owner", "alice");
+    p.annotations.insert("secret", "no");
     let md = run(&a, &[p]).desired[0].info.metadata.clone();
     assert_eq!(md.get("team"), Some("payments"));
     assert_eq!(md.get("track"), Some("stable"));
@@ -306,13 +306,13 @@ spec:
 "#);
     let stable = pod("orders-1", "");
     let mut canary = pod("orders-22", "");
-    canary.labels.insert("track".into(), "canary".into());
+    canary.labels.insert("track", "canary");
     let mut annotated = pod("orders-333", "");
     annotated
         .annotations
-        .insert(STATUS_OVERRIDE_ANNOTATION.into(), "DOWN".into());
+        .insert(STATUS_OVERRIDE_ANNOTATION, "DOWN");
     let mut bad = pod("orders-4444", "");
-    bad.annotations.insert(STATUS_OVERRIDE_ANNOTATION.into(), "down".into());
+    bad.annotations.insert(STATUS_OVERRIDE_ANNOTATION, "down");
     let p = run(&a, &[stable, canary, annotated, bad]);
     let by_pod: BTreeMap<&str, (Option<Status>, Status)> = p
         .desired
@@ -443,7 +443,7 @@ fn adopt_mode_claims_carry_readiness_and_overrides() {
     let mut annotated = pod("orders-1", "");
     annotated
         .annotations
-        .insert(STATUS_OVERRIDE_ANNOTATION.into(), "OUT_OF_SERVICE".into());
+        .insert(STATUS_OVERRIDE_ANNOTATION, "OUT_OF_SERVICE");
     let maintenance = app(&format!("{ADOPT}  statusOverride: {{status: UP}}\n"));
     assert_eq!(
         run(&maintenance, &[annotated]).claims[0].state,
