@@ -308,9 +308,7 @@ spec:
     let mut canary = pod("orders-22", "");
     canary.labels.insert("track", "canary");
     let mut annotated = pod("orders-333", "");
-    annotated
-        .annotations
-        .insert(STATUS_OVERRIDE_ANNOTATION, "DOWN");
+    annotated.annotations.insert(STATUS_OVERRIDE_ANNOTATION, "DOWN");
     let mut bad = pod("orders-4444", "");
     bad.annotations.insert(STATUS_OVERRIDE_ANNOTATION, "down");
     let p = run(&a, &[stable, canary, annotated, bad]);
