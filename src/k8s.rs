@@ -44,6 +44,8 @@ pub struct Settings {
     pub max_backoff: Duration,
     /// Longest wait between retries of a failing watch.
     pub watch_max_backoff: Duration,
+    /// Pods per page of the pod watch's lists.
+    pub pod_watch_page_size: u32,
     pub sweep_interval: Duration,
 }
 
@@ -219,6 +221,7 @@ fn start_controller(settings: Settings, wiring: ControllerWiring, supervisor: &m
             namespaces: settings.namespaces,
             max_backoff: settings.max_backoff,
             watch_max_backoff: settings.watch_max_backoff,
+            pod_watch_page_size: settings.pod_watch_page_size,
             sweep_interval: settings.sweep_interval,
         };
         let parts = controller::Parts {

@@ -91,6 +91,8 @@ pub struct Settings {
     pub max_backoff: Duration,
     /// Longest wait between retries of a failing watch.
     pub watch_max_backoff: Duration,
+    /// Pods per page of the pod watch's lists.
+    pub pod_watch_page_size: u32,
     /// How often pod instances of gone EurekaApps are looked for.
     pub sweep_interval: Duration,
 }
@@ -545,7 +547,11 @@ async fn watch_pods_and_nodes(ctx: Arc<Context>, scopes: Vec<Scope>) -> anyhow::
             Scope::All => Api::all(ctx.client.clone()),
             Scope::Namespace(ns) => Api::namespaced(ctx.client.clone(), ns),
         };
-        let stream = watcher(api, watcher::Config::default()).backoff(Backoff::new(ctx.settings.watch_max_backoff));
+        let stream = watcher(
+            api,
+            watcher::Config::default().page_size(ctx.settings.pod_watch_page_size),
+        )
+        .backoff(Backoff::new(ctx.settings.watch_max_backoff));
         let follower = PodFollower {
             ctx: ctx.clone(),
             scope: scope.clone(),
