@@ -161,6 +161,14 @@ fn main() {
     }
     let watched = live() - before;
     assert_eq!(index.pod_count(), pods);
+    // Every pod changes once (a status update, as the watch delivers it): nothing may pile up.
+    for ns in 0..namespaces {
+        for i in 0..PER_NAMESPACE.min(pods - ns * PER_NAMESPACE) {
+            let watched: WatchedPod = serde_json::from_str(&pod_json(ns, i)).unwrap();
+            index.apply_pod(PodInfo::from_watched(&watched, &mut interner).unwrap());
+        }
+    }
+    let updated = live() - before;
 
     // Registered: every namespace's EurekaApp selects its pods.
     let state = AppState::new(
@@ -218,6 +226,7 @@ fn main() {
     println!("| figure ({pods} pods, {namespaces} namespaces) | bytes per pod |");
     println!("|---|---:|");
     println!("| watched pod (index) | {:.0} |", kb(watched));
+    println!("| watched pod, after one update of each | {:.0} |", kb(updated));
     println!("| registered pod: registry and change log | {:.0} |", kb(registry_only));
     println!(
         "| registered pod: with cached full and delta payloads (JSON and XML, gzip) | {:.0} |",

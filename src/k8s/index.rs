@@ -127,7 +127,14 @@ impl Index {
     /// A pod was added or changed; `None` when nothing a plan reads changed.
     pub fn apply_pod(&mut self, mut pod: PodInfo) -> Option<Touched> {
         let ns = self.pods.entry(pod.namespace.clone()).or_default();
-        let first = ns.get(&*pod.name).and_then(|p| p.deleting_since);
+        let first = match ns.get_key_value(&*pod.name) {
+            Some((name, old)) => {
+                // The map keeps its key on replacement: the new projection shares it.
+                pod.name = name.clone();
+                old.deleting_since
+            }
+            None => None,
+        };
         keep_drain_start(&mut pod, first);
         let pod = Arc::new(pod);
         let old = ns.insert(pod.name.clone(), pod.clone());
