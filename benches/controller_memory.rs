@@ -140,6 +140,15 @@ fn pod_json(ns: usize, i: usize) -> String {
     .to_string()
 }
 
+/// Every pod read as the watch reads it and applied to the index (added, or changed).
+fn watch_all(index: &mut Index, interner: &mut Interner, pods: usize) {
+    for n in 0..pods {
+        let (ns, i) = (n / PER_NAMESPACE, n % PER_NAMESPACE);
+        let watched: WatchedPod = serde_json::from_str(&pod_json(ns, i)).unwrap();
+        index.apply_pod(PodInfo::from_watched(&watched, interner).unwrap());
+    }
+}
+
 fn main() {
     let pods: usize = std::env::var("EO_MEM_PODS")
         .ok()
@@ -152,22 +161,11 @@ fn main() {
     let mut index = Index::new(vec![Scope::All]);
     let mut interner = Interner::default();
     let before = live();
-    for ns in 0..namespaces {
-        for i in 0..PER_NAMESPACE.min(pods - ns * PER_NAMESPACE) {
-            let watched: WatchedPod = serde_json::from_str(&pod_json(ns, i)).unwrap();
-            let info = PodInfo::from_watched(&watched, &mut interner).unwrap();
-            index.apply_pod(info);
-        }
-    }
+    watch_all(&mut index, &mut interner, pods);
     let watched = live() - before;
     assert_eq!(index.pod_count(), pods);
     // Every pod changes once (a status update, as the watch delivers it): nothing may pile up.
-    for ns in 0..namespaces {
-        for i in 0..PER_NAMESPACE.min(pods - ns * PER_NAMESPACE) {
-            let watched: WatchedPod = serde_json::from_str(&pod_json(ns, i)).unwrap();
-            index.apply_pod(PodInfo::from_watched(&watched, &mut interner).unwrap());
-        }
-    }
+    watch_all(&mut index, &mut interner, pods);
     let updated = live() - before;
 
     // Registered: every namespace's EurekaApp selects its pods.
@@ -222,16 +220,22 @@ fn main() {
     drop(payloads);
     let registered = live() - before;
 
-    let kb = |bytes: isize| bytes as f64 / pods as f64;
+    let per_pod = |bytes: isize| bytes as f64 / pods as f64;
     println!("| figure ({pods} pods, {namespaces} namespaces) | bytes per pod |");
     println!("|---|---:|");
-    println!("| watched pod (index) | {:.0} |", kb(watched));
-    println!("| watched pod, after one update of each | {:.0} |", kb(updated));
-    println!("| registered pod: registry and change log | {:.0} |", kb(registry_only));
+    println!("| watched pod (index) | {:.0} |", per_pod(watched));
+    println!("| watched pod, after one update of each | {:.0} |", per_pod(updated));
+    println!(
+        "| registered pod: registry and change log | {:.0} |",
+        per_pod(registry_only)
+    );
     println!(
         "| registered pod: with cached full and delta payloads (JSON and XML, gzip) | {:.0} |",
-        kb(registered)
+        per_pod(registered)
     );
-    println!("| registered pod, watch included | {:.0} |", kb(registered + watched));
+    println!(
+        "| registered pod, watch included | {:.0} |",
+        per_pod(registered + watched)
+    );
     println!("(gzip payloads served: {wire} bytes in all)");
 }

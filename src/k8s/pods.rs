@@ -95,7 +95,8 @@ impl Labels {
         self.0.is_empty()
     }
 
-    /// Sets `key` (fixtures and tests; the watch builds labels whole).
+    /// Sets `key` (test fixtures; the watch builds labels whole).
+    #[cfg(test)]
     pub fn insert(&mut self, key: &str, value: &str) {
         let mut pairs = self.0.to_vec();
         match pairs.binary_search_by(|(k, _)| (**k).cmp(key)) {
