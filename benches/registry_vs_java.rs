@@ -15,7 +15,9 @@
 //! `EO_BENCH_MIXED_RATES` (`heartbeats,registrations,status,full,delta` per second:
 //! `1000,5,5,20,50`), and the deploy storm's `EO_BENCH_STORM_SECS` (60: 0 skips it),
 //! `EO_BENCH_STORM_SHARE` (0.2 of the instances replaced) and `EO_BENCH_STORM_CLIENTS` (1000
-//! clients fetching the delta every 30 s).
+//! clients fetching the delta every 30 s). `EO_BENCH_GENERATOR` (`raw`: the closed-loop heartbeat
+//! phase uses the lean HTTP/1.1 client in [`raw`]; `reqwest` uses reqwest as every other phase)
+//! and `EO_BENCH_JAVA` (1; 0 measures ours alone, for profiling).
 
 #[path = "../tests/it/common"]
 #[allow(dead_code)]
@@ -83,6 +85,9 @@ struct Settings {
     storm: Duration,
     storm_share: f64,
     storm_clients: f64,
+    generator: Generator,
+    /// Whether to measure the Java server at all (`EO_BENCH_JAVA=0`: ours alone, for profiling).
+    java: bool,
 }
 
 impl Settings {
@@ -120,6 +125,11 @@ impl Settings {
             storm: Duration::from_secs_f64(env_or("EO_BENCH_STORM_SECS", 60.0)),
             storm_share: env_or("EO_BENCH_STORM_SHARE", 0.2f64).clamp(0.0, 1.0),
             storm_clients: env_or("EO_BENCH_STORM_CLIENTS", 1000.0f64).max(0.0),
+            generator: match std::env::var("EO_BENCH_GENERATOR") {
+                Ok(g) if g.trim().eq_ignore_ascii_case("reqwest") => Generator::Reqwest,
+                _ => Generator::Raw,
+            },
+            java: env_or("EO_BENCH_JAVA", 1u8) != 0,
         }
     }
 }
@@ -259,6 +269,8 @@ struct Load {
     cancel_urls: Vec<String>,
     full_url: String,
     delta_url: String,
+    /// The server's Eureka base URL (`http://host:port/eureka/`).
+    base: String,
 }
 
 fn client() -> reqwest::Client {
@@ -301,6 +313,7 @@ impl Load {
                 .collect(),
             full_url: format!("{base}apps/"),
             delta_url: format!("{base}apps/delta"),
+            base: base.to_string(),
             fx,
         }
     }
@@ -563,6 +576,244 @@ async fn fetch_after_write(load: &Arc<Load>, rounds: u64) -> (Run, Run) {
         full.finish(Duration::ZERO, 0.0, 0.0),
         delta.finish(Duration::ZERO, 0.0, 0.0),
     )
+}
+
+// === a lean HTTP/1.1 client for the closed-loop heartbeat phase ===
+
+/// Which client sends the closed-loop heartbeats (`EO_BENCH_GENERATOR`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Generator {
+    /// [`raw::Conn`]: one keep-alive connection per worker, pre-formatted requests.
+    Raw,
+    /// reqwest, as every other phase.
+    Reqwest,
+}
+
+/// A minimal HTTP/1.1 keep-alive client: the request bytes are formatted before the phase, the
+/// response head is parsed with `httparse` and the body skipped by `Content-Length` or chunks.
+/// The load generator shares the machine's 2 cores with the server under test; reqwest spends
+/// about as much CPU per heartbeat as our server does, so the closed-loop heartbeat rate would
+/// measure the generator as much as the server. Both servers get the same client.
+mod raw {
+    use std::net::SocketAddr;
+
+    use tokio::{
+        io::{AsyncReadExt, AsyncWriteExt},
+        net::TcpStream,
+    };
+
+    pub struct Conn {
+        addr: SocketAddr,
+        stream: Option<TcpStream>,
+        buf: Vec<u8>,
+        /// Connections opened, the first included (Tomcat closes one after 100 requests).
+        pub connects: u64,
+    }
+
+    /// What a response's head says about the body and the connection.
+    struct Head {
+        status: u16,
+        len: usize,
+        body: Body,
+        close: bool,
+    }
+
+    enum Body {
+        Length(usize),
+        Chunked,
+    }
+
+    /// `PUT {path}` with the Spring client's `Accept` headers and an empty body.
+    pub fn put(host: &str, path: &str) -> Vec<u8> {
+        format!(
+            "PUT {path} HTTP/1.1\r\nHost: {host}\r\nAccept: application/json\r\nAccept-Encoding: gzip\r\nContent-Length: 0\r\n\r\n"
+        )
+        .into_bytes()
+    }
+
+    impl Conn {
+        pub fn new(addr: SocketAddr) -> Conn {
+            Conn {
+                addr,
+                stream: None,
+                buf: Vec::with_capacity(4096),
+                connects: 0,
+            }
+        }
+
+        /// Sends `request` and reads the whole response: `Ok((status, body bytes))`. A reused
+        /// connection the server closed in between is reopened and the request sent again once
+        /// (what any keep-alive client does).
+        pub async fn send(&mut self, request: &[u8]) -> Result<(u16, u64), String> {
+            let reused = self.stream.is_some();
+            match self.exchange(request).await {
+                Err(_) if reused => {
+                    self.stream = None;
+                    self.exchange(request).await
+                }
+                r => r,
+            }
+            .inspect_err(|_| self.stream = None)
+        }
+
+        async fn exchange(&mut self, request: &[u8]) -> Result<(u16, u64), String> {
+            if self.stream.is_none() {
+                let s = TcpStream::connect(self.addr)
+                    .await
+                    .map_err(|e| format!("connect: {e}"))?;
+                s.set_nodelay(true).map_err(|e| e.to_string())?;
+                self.stream = Some(s);
+                self.connects += 1;
+            }
+            let stream = self.stream.as_mut().expect("connected");
+            stream.write_all(request).await.map_err(|e| format!("write: {e}"))?;
+            self.buf.clear();
+            let head = loop {
+                if let Some(h) = parse_head(&self.buf)? {
+                    break h;
+                }
+                read_more(stream, &mut self.buf).await?;
+            };
+            let body = match head.body {
+                Body::Length(n) => {
+                    while self.buf.len() < head.len + n {
+                        read_more(stream, &mut self.buf).await?;
+                    }
+                    n
+                }
+                Body::Chunked => loop {
+                    if let Some(n) = chunked_len(&self.buf[head.len..])? {
+                        break n;
+                    }
+                    read_more(stream, &mut self.buf).await?;
+                },
+            };
+            if head.close {
+                self.stream = None;
+            }
+            Ok((head.status, body as u64))
+        }
+    }
+
+    async fn read_more(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Result<(), String> {
+        if buf.capacity() - buf.len() < 1024 {
+            buf.reserve(4096);
+        }
+        match stream.read_buf(buf).await {
+            Ok(0) => Err("connection closed by the server".into()),
+            Ok(_) => Ok(()),
+            Err(e) => Err(format!("read: {e}")),
+        }
+    }
+
+    fn parse_head(buf: &[u8]) -> Result<Option<Head>, String> {
+        let mut headers = [httparse::EMPTY_HEADER; 32];
+        let mut resp = httparse::Response::new(&mut headers);
+        let len = match resp.parse(buf).map_err(|e| format!("bad response: {e}"))? {
+            httparse::Status::Complete(n) => n,
+            httparse::Status::Partial => return Ok(None),
+        };
+        let status = resp.code.unwrap_or(0);
+        let mut body = Body::Length(0);
+        let mut close = resp.version == Some(0);
+        for h in resp.headers.iter() {
+            if h.name.eq_ignore_ascii_case("content-length") {
+                let n = std::str::from_utf8(h.value)
+                    .ok()
+                    .and_then(|v| v.trim().parse().ok())
+                    .ok_or("bad content-length")?;
+                body = Body::Length(n);
+            } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+                if h.value.eq_ignore_ascii_case(b"chunked") {
+                    body = Body::Chunked;
+                }
+            } else if h.name.eq_ignore_ascii_case("connection") {
+                close = h.value.eq_ignore_ascii_case(b"close");
+            }
+        }
+        Ok(Some(Head {
+            status,
+            len,
+            body,
+            close,
+        }))
+    }
+
+    /// The decoded length of a complete chunked body at the start of `buf`, `None` while it is
+    /// incomplete. (Chunk extensions and trailers are not expected from either server.)
+    pub fn chunked_len(mut buf: &[u8]) -> Result<Option<usize>, String> {
+        let mut total = 0;
+        loop {
+            let Some(eol) = buf.windows(2).position(|w| w == b"\r\n") else {
+                return Ok(None);
+            };
+            let size = std::str::from_utf8(&buf[..eol])
+                .ok()
+                .and_then(|s| usize::from_str_radix(s.split(';').next().unwrap_or("").trim(), 16).ok())
+                .ok_or("bad chunk size")?;
+            let end = eol + 2 + size + 2;
+            if buf.len() < end {
+                return Ok(None);
+            }
+            if size == 0 {
+                return Ok(Some(total));
+            }
+            total += size;
+            buf = &buf[end..];
+        }
+    }
+}
+
+/// `workers` workers, each with its own [`raw::Conn`], sending heartbeats as fast as the answers
+/// come, for `dur`.
+async fn raw_heartbeats(load: &Arc<Load>, pid: u32, workers: usize, dur: Duration) -> Run {
+    let base = reqwest::Url::parse(&load.base).expect("base url");
+    let host = format!(
+        "{}:{}",
+        base.host_str().unwrap_or("127.0.0.1"),
+        base.port().unwrap_or(80)
+    );
+    let addr: std::net::SocketAddr = host.parse().expect("a numeric address");
+    let ldt = load.fx.ldt;
+    let requests: Arc<Vec<Vec<u8>>> = Arc::new(
+        load.fx
+            .instances
+            .iter()
+            .map(|i| {
+                let path = format!(
+                    "{}apps/{}/{}?status=UP&lastDirtyTimestamp={ldt}",
+                    base.path(),
+                    i.app,
+                    i.id
+                );
+                raw::put(&host, &path)
+            })
+            .collect(),
+    );
+    let n = requests.len();
+    let mark = CpuMark::now(pid);
+    let deadline = Instant::now() + dur;
+    let run = join_workers(workers, |w| {
+        let requests = requests.clone();
+        async move {
+            let mut conn = raw::Conn::new(addr);
+            let mut part = Run::default();
+            let mut k = 0usize;
+            while Instant::now() < deadline {
+                let t = Instant::now();
+                let r = match conn.send(&requests[(w + k * workers) % n]).await {
+                    Ok((status, bytes)) if (200..300).contains(&status) => Ok(bytes),
+                    Ok((status, _)) => Err(format!("Heartbeat: {status}")),
+                    Err(e) => Err(format!("Heartbeat: {e}")),
+                };
+                part.record(t.elapsed(), r);
+                k += 1;
+            }
+            part
+        }
+    })
+    .await;
+    mark.finish(pid, run)
 }
 
 // === payload inspection ===
@@ -873,14 +1124,19 @@ async fn measure(target: &Target, fx: &Arc<Fixture>, s: &Settings) -> Results {
     out.closed("re-register N, warm server", "registrations", &rereg);
 
     log(&format!("heartbeats for {:?}", s.phase));
-    let hb = closed_loop(
-        &load,
-        pid,
-        w,
-        s.phase,
-        Arc::new(move |wk, k| Op::Heartbeat((wk + k as usize * w) % n)),
-    )
-    .await;
+    let hb = match s.generator {
+        Generator::Raw => raw_heartbeats(&load, pid, w, s.phase).await,
+        Generator::Reqwest => {
+            closed_loop(
+                &load,
+                pid,
+                w,
+                s.phase,
+                Arc::new(move |wk, k| Op::Heartbeat((wk + k as usize * w) % n)),
+            )
+            .await
+        }
+    };
     out.closed("heartbeat", "heartbeats", &hb);
     out.add(
         "heartbeat: load-generator CPU ms per 1k (same code for both)",
@@ -1287,7 +1543,12 @@ fn print_report(s: &Settings, fx: &Fixture, results: &[(&str, Results)], elapsed
         "* Caching: ours has no stale cache: payloads are cached per registry version, so a write is visible to the next read. Java's default read-only response cache is refreshed every 30 s, so its reads are cheap but up to 30 s stale (see the visibility row)."
     );
     println!(
-        "* Load generator: this process (tokio + reqwest), on the same 2 cores. It does the same work per request for every server, but costs more per request against Java (Tomcat closes each keep-alive connection after 100 requests, Spring Boot's default; fewer requests per wake-up), see the load-generator row. Closed-loop throughput is therefore bounded by the whole machine; CPU per 1k requests is the fairer efficiency figure."
+        "* Load generator: this process (tokio), on the same 2 cores; the closed-loop heartbeat phase {}, every other phase reqwest. It does the same work per request for every server, but costs more per request against Java (Tomcat closes each keep-alive connection after 100 requests, Spring Boot's default; fewer requests per wake-up), see the load-generator row. Closed-loop throughput is therefore bounded by the whole machine; CPU per 1k requests is the fairer efficiency figure.",
+        match s.generator {
+            Generator::Raw =>
+                "uses a minimal keep-alive HTTP/1.1 client (pre-formatted requests, `EO_BENCH_GENERATOR=reqwest` for reqwest)",
+            Generator::Reqwest => "uses reqwest too (`EO_BENCH_GENERATOR=reqwest`)",
+        }
     );
     println!(
         "* \"Fetch right after a write\" is the price of freshness: ours (and Java without the read-only cache) encodes the registry again for the first read after each write; Java's default read-only cache answers from its 30 s snapshot."
@@ -1381,8 +1642,11 @@ async fn run() {
         results.push(("ours", measure(&ours, &fx, &s).await));
         ours.stop();
 
-        let mut java_configs = vec![true];
-        if s.java_nocache {
+        let mut java_configs = vec![];
+        if s.java {
+            java_configs.push(true);
+        }
+        if s.java && s.java_nocache {
             java_configs.push(false);
         }
         for ro_cache in java_configs {

@@ -17,7 +17,7 @@ use axum::{
     Router,
     extract::{Request, State},
     http::{Method, Uri},
-    middleware::{self, Next},
+    middleware,
     response::{IntoResponse, Response},
     routing::{MethodRouter, get, post, put},
 };
@@ -110,14 +110,15 @@ pub fn identity(replica: &str, host: &str, port: u16, now: i64) -> InstanceInfo 
 /// The Eureka listener: dashboard at `/`, the API under `/eureka/v2/` (Netflix's prefix) and
 /// `/eureka/` (Spring's); routing ignores a trailing slash, as Jersey does.
 pub fn router(api: Api, access: Option<auth::Access>) -> Router {
-    let endpoints = eureka_routes(&api);
+    // Both prefixes are spelled out rather than nested: a nested router rewrites every request's
+    // URI to strip its prefix, and routes a second time.
     let router = Router::new()
         .route("/", get(dashboard::page))
         .route("/lastn", get(dashboard::lastn))
-        .nest("/eureka/v2", endpoints.clone())
-        .nest("/eureka", endpoints)
+        .merge(eureka_routes(&api, "/eureka/v2"))
+        .merge(eureka_routes(&api, "/eureka"))
         .fallback(no_route)
-        .with_state(api);
+        .with_state(Arc::new(api));
     let router = match access {
         Some(a) => router.layer(middleware::from_fn_with_state(a, auth::require)),
         None => router,
@@ -137,35 +138,40 @@ pub fn router(api: Api, access: Option<auth::Access>) -> Router {
 
 /// Every Eureka endpoint, each observed under a bounded metrics label; a method an endpoint does
 /// not serve is answered 405 with `Allow`.
-fn eureka_routes(api: &Api) -> Router<Api> {
-    let observed = |endpoint: &'static str, methods: MethodRouter<Api>| {
-        methods
-            .fallback(method_not_allowed)
-            .layer(middleware::from_fn_with_state((api.metrics.clone(), endpoint), observe))
+fn eureka_routes(api: &Api, prefix: &str) -> Router<Arc<Api>> {
+    let observed = |endpoint: &'static str, methods: MethodRouter<Arc<Api>>| {
+        methods.fallback(method_not_allowed).layer(ObserveLayer {
+            metrics: api.metrics.clone(),
+            endpoint,
+        })
     };
     use eureka::*;
-    Router::new()
-        .route("/apps", observed("apps", get(apps)))
-        .route("/apps/delta", observed("apps_delta", get(delta)))
-        .route("/apps/{app}", observed("app", get(app).post(register)))
-        .route(
+    let routes: [(&str, MethodRouter<Arc<Api>>); 12] = [
+        ("/apps", observed("apps", get(apps))),
+        ("/apps/delta", observed("apps_delta", get(delta))),
+        ("/apps/{app}", observed("app", get(app).post(register))),
+        (
             "/apps/{app}/{id}",
             observed("instance", get(instance).put(renew).delete(cancel)),
-        )
-        .route(
+        ),
+        (
             "/apps/{app}/{id}/status",
             observed("instance_status", put(status_override).delete(status_override)),
-        )
-        .route(
+        ),
+        (
             "/apps/{app}/{id}/metadata",
             observed("instance_metadata", put(metadata)),
-        )
-        .route("/instances/{id}", observed("instances", get(instance_by_id)))
-        .route("/vips/{vip}", observed("vips", get(vip)))
-        .route("/svips/{vip}", observed("svips", get(svip)))
-        .route("/peerreplication/batch", observed("peer_batch", post(batch)))
-        .route("/asg/{asg}/status", observed("asg_status", put(asg_status)))
-        .route("/status", observed("status", get(status)))
+        ),
+        ("/instances/{id}", observed("instances", get(instance_by_id))),
+        ("/vips/{vip}", observed("vips", get(vip))),
+        ("/svips/{vip}", observed("svips", get(svip))),
+        ("/peerreplication/batch", observed("peer_batch", post(batch))),
+        ("/asg/{asg}/status", observed("asg_status", put(asg_status))),
+        ("/status", observed("status", get(status))),
+    ];
+    routes.into_iter().fold(Router::new(), |router, (path, methods)| {
+        router.route(&format!("{prefix}{path}"), methods)
+    })
 }
 
 async fn method_not_allowed(method: Method) -> ApiError {
@@ -173,7 +179,7 @@ async fn method_not_allowed(method: Method) -> ApiError {
 }
 
 /// A path that names no endpoint.
-async fn no_route(State(api): State<Api>, method: Method, uri: Uri) -> Response {
+async fn no_route(State(api): State<Arc<Api>>, method: Method, uri: Uri) -> Response {
     let started = Instant::now();
     let response = ApiError::NoRoute(uri.path().to_string()).into_response();
     record(&api.metrics, "unknown", &method, &uri, &response, started);
@@ -182,16 +188,72 @@ async fn no_route(State(api): State<Api>, method: Method, uri: Uri) -> Response 
 
 /// Middleware: the request's duration and status in the metrics; a refusal logged (at debug)
 /// and, when a cap refused it, counted.
-async fn observe(
-    State((metrics, endpoint)): State<(Arc<Metrics>, &'static str)>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let started = Instant::now();
-    let (method, uri) = (request.method().clone(), request.uri().clone());
-    let response = next.run(request).await;
-    record(&metrics, endpoint, &method, &uri, &response, started);
-    response
+#[derive(Clone)]
+struct ObserveLayer {
+    metrics: Arc<Metrics>,
+    endpoint: &'static str,
+}
+
+impl<S> Layer<S> for ObserveLayer {
+    type Service = Observe<S>;
+    fn layer(&self, inner: S) -> Observe<S> {
+        Observe {
+            inner,
+            metrics: self.metrics.clone(),
+            endpoint: self.endpoint,
+        }
+    }
+}
+
+/// Times a route's requests and records them under its endpoint's name. A hand-written service
+/// rather than `middleware::from_fn`, which boxes a clone of the inner service per request.
+#[derive(Clone)]
+struct Observe<S> {
+    inner: S,
+    metrics: Arc<Metrics>,
+    endpoint: &'static str,
+}
+
+impl<S> tower::Service<Request> for Observe<S>
+where
+    S: tower::Service<Request, Response = Response, Error = std::convert::Infallible>,
+    S::Future: Send + 'static,
+{
+    type Response = Response;
+    type Error = std::convert::Infallible;
+    type Future = std::pin::Pin<Box<dyn Future<Output = Result<Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        let started = Instant::now();
+        let (method, uri) = (request.method().clone(), request.uri().clone());
+        let (metrics, endpoint) = (self.metrics.clone(), self.endpoint);
+        let response = self.inner.call(request);
+        Box::pin(async move {
+            let response = response.await?;
+            record(&metrics, endpoint, &method, &uri, &response, started);
+            Ok(response)
+        })
+    }
+}
+
+/// A method as a metric label: the standard ones by name, any other as `OTHER`.
+fn method_label(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        Method::PATCH => "PATCH",
+        Method::TRACE => "TRACE",
+        Method::CONNECT => "CONNECT",
+        _ => "OTHER",
+    }
 }
 
 fn record(
@@ -210,7 +272,7 @@ fn record(
     }
     metrics.observe_request(
         endpoint,
-        method.as_str(),
+        method_label(method),
         response.status().as_u16(),
         started.elapsed().as_secs_f64(),
     );

@@ -21,9 +21,10 @@ use crate::{registry::instance::Status, state::AppState};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HttpLabels {
-    pub endpoint: String,
-    pub method: String,
-    pub status: String,
+    pub endpoint: &'static str,
+    /// One of the standard methods, or `OTHER` (a client's made-up method names no series).
+    pub method: &'static str,
+    pub status: u16,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -75,12 +76,13 @@ impl Metrics {
         f(&mut self.registry.lock())
     }
 
-    pub fn observe_request(&self, endpoint: &str, method: &str, status: u16, seconds: f64) {
+    /// Labels are static strings and a number, so a request's observation allocates nothing.
+    pub fn observe_request(&self, endpoint: &'static str, method: &'static str, status: u16, seconds: f64) {
         self.http
             .get_or_create(&HttpLabels {
-                endpoint: endpoint.to_string(),
-                method: method.to_string(),
-                status: status.to_string(),
+                endpoint,
+                method,
+                status,
             })
             .observe(seconds);
     }

@@ -612,7 +612,7 @@ impl Registry {
                 writer,
                 overridden_status,
                 last_dirty_timestamp,
-            } => self.renew(&app, &id, writer, overridden_status, last_dirty_timestamp, now),
+            } => self.renew(app, id, writer, overridden_status, last_dirty_timestamp, now),
             Command::Cancel { app, id, writer } => self.cancel(&app, &id, writer, now),
             Command::SetStatus {
                 app,
@@ -880,17 +880,19 @@ impl Registry {
         }
     }
 
+    /// A heartbeat. The hot path: one lookup of the instance and one of its override, and the
+    /// command's own strings move into the replication record.
     fn renew(
         &mut self,
-        app: &str,
-        id: &str,
+        app: String,
+        id: String,
         writer: Writer,
         overridden_param: Option<Status>,
         dirty_param: Option<i64>,
         now: i64,
     ) -> Outcome {
         let replication = writer.is_replication();
-        let Some(entry) = self.apps.get(app).and_then(|a| a.get(id)) else {
+        let Some(entry) = self.apps.get_mut(&app).and_then(|a| a.get_mut(&id)) else {
             return Outcome::reply(Reply::NotFound);
         };
         if entry.holding.is_pod() {
@@ -903,57 +905,62 @@ impl Registry {
         }
         let counted = entry.holding.counted();
         let current = Self::native_status(entry);
-        let override_status = self.access_override(id, now);
+        let override_status = self.overrides.get_mut(&id).map(|o| {
+            o.accessed = now;
+            o.status
+        });
         let status = rules::resolve(current, override_status, Some(current), replication);
         if status == Status::Unknown {
             // Possibly a deleted override: the client must re-register.
             return Outcome::reply(Reply::NotFound);
         }
-        if status != current {
+        let entry = if status != current {
             // Java corrects the status silently; a delta entry keeps clients' hash codes right.
-            self.modify_native(app, id, status, now, |_| {});
-        }
+            self.modify_native(&app, &id, status, now, |_| {});
+            self.apps.get_mut(&app).and_then(|a| a.get_mut(&id)).expect("present")
+        } else {
+            entry
+        };
         if counted {
             // Adopted instances do not count toward self-preservation: nor do their renewals.
             self.preservation.renewed(now);
         }
         self.totals.renewals += 1;
-        let entry = self.apps.get_mut(app).and_then(|a| a.get_mut(id)).expect("present");
         entry.lease.renew(now);
         let stored_dirty = entry.info.last_dirty_timestamp;
+        let (stored_status, origin) = (entry.info.status, entry.holding.kind());
         let mut outcome = Outcome::reply(Reply::Ok);
-        {
-            outcome.replicate.push(Replication {
-                action: Action::Heartbeat,
-                app: app.to_string(),
-                id: id.to_string(),
-                last_dirty_timestamp: Some(stored_dirty),
-                status: Some(entry.info.status),
-                overridden_status: self.overrides.get(id).map(|o| o.status),
-                instance: None,
-                origin: entry.holding.kind(),
-                writer,
-            });
-        }
         if let Some(incoming) = dirty_param.filter(|_| self.config.sync_when_timestamp_differs) {
             if incoming > stored_dirty {
                 if replication && let Some(o) = overridden_param.filter(|s| *s != Status::Unknown) {
                     self.overrides.insert(
-                        id.to_string(),
+                        id.clone(),
                         OverrideEntry {
                             status: o,
                             accessed: now,
                         },
                     );
-                    let entry = self.apps.get_mut(app).and_then(|a| a.get_mut(id)).expect("present");
+                    let entry = self.apps.get_mut(&app).and_then(|a| a.get_mut(&id)).expect("present");
                     Arc::make_mut(&mut entry.info).overridden_status = o;
                 }
                 outcome.reply = Reply::NotFound;
             } else if stored_dirty > incoming && replication {
-                let view = self.view_of(app, id).expect("present");
+                let view = self.view_of(&app, &id).expect("present");
                 outcome.reply = Reply::Conflict(Box::new(view));
             }
         }
+        outcome.replicate.push(Replication {
+            action: Action::Heartbeat,
+            app,
+            id,
+            last_dirty_timestamp: Some(stored_dirty),
+            status: Some(stored_status),
+            // As it was before this heartbeat's own `overriddenstatus` was taken in.
+            overridden_status: override_status,
+            instance: None,
+            origin,
+            writer,
+        });
         outcome
     }
 

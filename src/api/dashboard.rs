@@ -6,7 +6,7 @@
 //! page URLs become links (a `javascript:` URL is shown as text), and the pages carry a
 //! Content-Security-Policy that allows no script at all.
 
-use std::fmt::Write;
+use std::{fmt::Write, sync::Arc};
 
 use axum::{
     extract::State,
@@ -273,7 +273,7 @@ fn html(body: String) -> Response {
         .into_response()
 }
 
-pub async fn page(State(api): State<Api>) -> Response {
+pub async fn page(State(api): State<Arc<Api>>) -> Response {
     let (stats, apps, now) = api.state.with_registry(|r, now| (r.stats(now), r.full_view(), now));
     let leader = api.leadership.as_ref().map(|l| *l.borrow());
     let replicas = api.peer_urls();
@@ -288,7 +288,7 @@ pub async fn page(State(api): State<Api>) -> Response {
     }))
 }
 
-pub async fn lastn(State(api): State<Api>) -> Response {
+pub async fn lastn(State(api): State<Arc<Api>>) -> Response {
     let (registered, cancelled) = api.state.with_registry(|r, _| r.recent());
     html(render_lastn(&registered, &cancelled))
 }

@@ -1,6 +1,8 @@
 //! The Eureka REST endpoints: each handler decodes the request, makes one registry call, and
 //! encodes the answer with the status codes and quirks Java clients expect.
 
+use std::sync::Arc;
+
 use axum::{
     Extension,
     body::Body,
@@ -48,12 +50,12 @@ fn caller(caller: Option<Extension<Caller>>) -> Caller {
 }
 
 /// `GET apps`: the full registry.
-pub async fn apps(State(api): State<Api>, headers: HeaderMap) -> Result<Response, ApiError> {
+pub async fn apps(State(api): State<Arc<Api>>, headers: HeaderMap) -> Result<Response, ApiError> {
     fetch(&api, Key::Full, &headers, true).await
 }
 
 /// `GET apps/delta`: what changed recently (403 when deltas are disabled, as Java).
-pub async fn delta(State(api): State<Api>, headers: HeaderMap) -> Result<Response, ApiError> {
+pub async fn delta(State(api): State<Arc<Api>>, headers: HeaderMap) -> Result<Response, ApiError> {
     negotiate::reply_format(&headers)?;
     if api.state.disable_delta() {
         return Err(ApiError::Forbidden);
@@ -62,7 +64,7 @@ pub async fn delta(State(api): State<Api>, headers: HeaderMap) -> Result<Respons
 }
 
 /// `GET apps/{app}`: one application, 404 when it has no instance.
-pub async fn app(State(api): State<Api>, AppPath(app): AppPath, headers: HeaderMap) -> Result<Response, ApiError> {
+pub async fn app(State(api): State<Arc<Api>>, AppPath(app): AppPath, headers: HeaderMap) -> Result<Response, ApiError> {
     let format = negotiate::reply_format(&headers)?;
     allow_access(&api)?;
     let payload = api.state.payload(Key::App(app), format).await;
@@ -73,18 +75,22 @@ pub async fn app(State(api): State<Api>, AppPath(app): AppPath, headers: HeaderM
 }
 
 /// `GET vips/{vip}`: 200 with an empty document for an unknown VIP, as Java.
-pub async fn vip(State(api): State<Api>, Segment(vip): Segment, headers: HeaderMap) -> Result<Response, ApiError> {
+pub async fn vip(State(api): State<Arc<Api>>, Segment(vip): Segment, headers: HeaderMap) -> Result<Response, ApiError> {
     fetch(&api, Key::Vip(vip), &headers, false).await
 }
 
 /// `GET svips/{vip}`: as `vips`, by secure VIP address.
-pub async fn svip(State(api): State<Api>, Segment(vip): Segment, headers: HeaderMap) -> Result<Response, ApiError> {
+pub async fn svip(
+    State(api): State<Arc<Api>>,
+    Segment(vip): Segment,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
     fetch(&api, Key::Svip(vip), &headers, false).await
 }
 
 /// `GET apps/{app}/{id}`.
 pub async fn instance(
-    State(api): State<Api>,
+    State(api): State<Arc<Api>>,
     InstancePath { app, id }: InstancePath,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
@@ -96,7 +102,7 @@ pub async fn instance(
 
 /// `GET instances/{id}`: an instance of any application.
 pub async fn instance_by_id(
-    State(api): State<Api>,
+    State(api): State<Arc<Api>>,
     Segment(id): Segment,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
@@ -109,7 +115,7 @@ pub async fn instance_by_id(
 /// `POST apps/{app}`: a registration.
 #[tracing::instrument(level = "debug", skip_all, fields(app = %app))]
 pub async fn register(
-    State(api): State<Api>,
+    State(api): State<Arc<Api>>,
     AppPath(app): AppPath,
     auth: Option<Extension<Caller>>,
     headers: HeaderMap,
@@ -146,7 +152,7 @@ pub async fn register(
 /// `PUT apps/{app}/{id}`: a heartbeat.
 #[tracing::instrument(level = "trace", skip_all, fields(app = %app, id = %id))]
 pub async fn renew(
-    State(api): State<Api>,
+    State(api): State<Arc<Api>>,
     InstancePath { app, id }: InstancePath,
     auth: Option<Extension<Caller>>,
     RawQuery(query): RawQuery,
@@ -180,7 +186,7 @@ pub async fn renew(
 /// `DELETE apps/{app}/{id}`: a cancellation.
 #[tracing::instrument(level = "debug", skip_all, fields(app = %app, id = %id))]
 pub async fn cancel(
-    State(api): State<Api>,
+    State(api): State<Arc<Api>>,
     InstancePath { app, id }: InstancePath,
     auth: Option<Extension<Caller>>,
     headers: HeaderMap,
@@ -193,7 +199,7 @@ pub async fn cancel(
 /// `PUT apps/{app}/{id}/status?value=` sets a status override; `DELETE` removes it (with
 /// `value`, the status to fall back to).
 pub async fn status_override(
-    State(api): State<Api>,
+    State(api): State<Arc<Api>>,
     method: Method,
     path: InstancePath,
     auth: Option<Extension<Caller>>,
@@ -266,7 +272,7 @@ fn change_override(
 /// drops a parameter without a name.
 #[tracing::instrument(level = "debug", skip_all, fields(app = %app, id = %id))]
 pub async fn metadata(
-    State(api): State<Api>,
+    State(api): State<Arc<Api>>,
     InstancePath { app, id }: InstancePath,
     auth: Option<Extension<Caller>>,
     RawQuery(query): RawQuery,
@@ -285,7 +291,7 @@ pub async fn metadata(
 
 /// `POST peerreplication/batch`: a peer's replicated writes.
 pub async fn batch(
-    State(api): State<Api>,
+    State(api): State<Arc<Api>>,
     auth: Option<Extension<Caller>>,
     headers: HeaderMap,
     body: Body,
@@ -301,7 +307,7 @@ pub async fn asg_status(Segment(asg): Segment) -> Result<Response, ApiError> {
 }
 
 /// `GET status`: Java's `StatusInfo`.
-pub async fn status(State(api): State<Api>, headers: HeaderMap) -> Result<Response, ApiError> {
+pub async fn status(State(api): State<Arc<Api>>, headers: HeaderMap) -> Result<Response, ApiError> {
     let format = negotiate::reply_format(&headers)?;
     Ok(server_status(&api, format))
 }
@@ -351,7 +357,7 @@ fn parse_status(value: &str, name: &str) -> Result<Status, ApiError> {
     })
 }
 
-fn dirty_timestamp(params: &[(String, String)]) -> Result<Option<i64>, ApiError> {
+fn dirty_timestamp(params: &route::Params<'_>) -> Result<Option<i64>, ApiError> {
     match route::param(params, "lastDirtyTimestamp") {
         None | Some("") => Ok(None),
         Some(v) => v.parse::<i64>().map(Some).map_err(|_| {

@@ -3,7 +3,7 @@
 
 use axum::{
     body::Body,
-    http::{HeaderMap, StatusCode},
+    http::{HeaderMap, HeaderName, StatusCode},
     response::Response,
 };
 
@@ -22,10 +22,10 @@ use crate::{
 
 /// Sent by this operator's replicas on every replication request, with the sender's replica id.
 /// Batches without it come from other Eureka servers (Java peers).
-pub const REPLICA_HEADER: &str = "x-eureka-operator-replica";
+pub const REPLICA_HEADER: HeaderName = HeaderName::from_static("x-eureka-operator-replica");
 
 /// Java's marker on single-operation replication calls (`"true"` exactly).
-pub const JAVA_REPLICATION_HEADER: &str = "x-netflix-discovery-replication";
+pub const JAVA_REPLICATION_HEADER: HeaderName = HeaderName::from_static("x-netflix-discovery-replication");
 
 pub async fn batch(api: &Api, caller: Caller, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
     if !caller.may_replicate() {
