@@ -178,6 +178,7 @@ fn main() {
     let spec: EurekaAppSpec =
         serde_json::from_value(json!({"selector": {"matchLabels": {"app": "svc"}}, "port": "http"})).unwrap();
     let zones = BTreeMap::new();
+    let mut one_instance = 0isize;
     let before = live();
     for ns in 0..namespaces {
         let namespace = format!("ns-{ns:03}");
@@ -195,6 +196,15 @@ fn main() {
         };
         let plan = plan::plan(&target, snapshot.pods.iter().map(|p| p.as_ref()), &ctx);
         drop(snapshot);
+        if let Some(d) = plan.desired.first()
+            && one_instance == 0
+        {
+            // One stored instance: the struct behind its `Arc` and everything it owns.
+            let mark = live();
+            let copy = Arc::new(d.info.clone());
+            one_instance = live() - mark;
+            drop(copy);
+        }
         for d in plan.desired {
             state.apply(Command::UpsertPod {
                 info: d.info,
@@ -229,6 +239,7 @@ fn main() {
         "| registered pod: registry and change log | {:.0} |",
         per_pod(registry_only)
     );
+    println!("| of which one stored instance (`Arc<InstanceInfo>` and what it owns) | {one_instance} |");
     println!(
         "| registered pod: with cached full and delta payloads (JSON and XML, gzip) | {:.0} |",
         per_pod(registered)
@@ -238,4 +249,9 @@ fn main() {
         per_pod(registered + watched)
     );
     println!("(gzip payloads served: {wire} bytes in all)");
+    println!(
+        "(sizes: PodInfo {} B, InstanceInfo {} B)",
+        std::mem::size_of::<PodInfo>(),
+        std::mem::size_of::<eureka_operator::registry::instance::InstanceInfo>()
+    );
 }

@@ -707,6 +707,7 @@ impl Registry {
         }
         registrant.action_type = Some(ActionType::Added);
         registrant.last_updated_timestamp = now;
+        registrant.metadata.shrink_to_fit();
         let entry = Entry {
             info: Arc::new(registrant),
             lease,
@@ -1183,9 +1184,7 @@ impl Registry {
             }
             _ => {
                 let mut info = Self::native_info(entry);
-                for (k, v) in entries.iter() {
-                    info.metadata.insert(k, v);
-                }
+                info.metadata.merge(&entries);
                 info
             }
         };
@@ -1332,6 +1331,7 @@ impl Registry {
         info.action_type = Some(ActionType::Added);
         info.last_updated_timestamp = now;
         info.last_dirty_timestamp = now;
+        info.metadata.shrink_to_fit();
         self.push_recent_registered(now, &app, &id);
         self.put(
             Entry {

@@ -187,7 +187,7 @@ pub fn query_headers(data: &[u8]) {
     // The metadata PUT: the first value of a repeated key wins, as in Java.
     let mut entries = Metadata::new();
     for (k, v) in &params {
-        entries.insert_first(k.clone(), v.clone());
+        entries.insert_first(k.to_string(), v.to_string());
     }
     for (k, _) in &params {
         assert_eq!(entries.get(k), route::param(&params, k), "not the first value of {k:?}");

@@ -284,7 +284,7 @@ pub async fn metadata(
         .into_iter()
         .filter(|(k, _)| !k.is_empty())
     {
-        entries.insert_first(k, v);
+        entries.insert_first(k.into_owned(), v.into_owned());
     }
     reply(update_metadata(&api, app, id, entries).await, &headers)
 }
@@ -396,9 +396,7 @@ async fn update_metadata(api: &Api, app: String, id: String, entries: Metadata) 
         let (base, entries) = (base.clone(), entries.clone());
         move || {
             let mut merged = (*base).clone();
-            for (k, v) in entries.iter() {
-                merged.metadata.insert(k, v);
-            }
+            merged.metadata.merge(&entries);
             Box::new(merged)
         }
     };

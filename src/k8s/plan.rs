@@ -520,13 +520,14 @@ fn pod_instance(
 /// The instance id the template gives a pod.
 fn instance_id(c: &Common<'_>, pod: &PodInfo, ip: &str, port: i32, ctx: &Context<'_>) -> String {
     let port_s = port.to_string();
+    let uid = pod.uid.to_string();
     let hostname = pod_hostname(pod, ctx.cluster_domain);
     expand(
         c.template,
         &[
             ("pod.name", &pod.name),
             ("pod.namespace", &pod.namespace),
-            ("pod.uid", &pod.uid),
+            ("pod.uid", &uid),
             ("pod.ip", ip),
             ("pod.hostname", &hostname),
             ("node", pod.node_name.as_deref().unwrap_or("")),
@@ -634,7 +635,7 @@ fn set_metadata(
             let (key, value) = match f {
                 PodField::Namespace => ("k8s.namespace", Some(pod.namespace.to_string())),
                 PodField::PodName => ("k8s.podName", Some(pod.name.to_string())),
-                PodField::PodUID => ("k8s.podUid", Some(pod.uid.clone())),
+                PodField::PodUID => ("k8s.podUid", Some(pod.uid.to_string())),
                 PodField::PodIP => ("k8s.podIp", Some(ip.to_string())),
                 PodField::NodeName => ("k8s.node", pod.node_name.as_deref().map(str::to_string)),
                 PodField::ServiceAccount => ("k8s.serviceAccount", pod.service_account.as_deref().map(str::to_string)),

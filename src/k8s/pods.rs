@@ -66,6 +66,82 @@ impl Interner {
     }
 }
 
+/// A pod's `metadata.uid`: a UUID in its canonical lowercase form is kept as its 16 bytes (the
+/// apiserver makes every uid so); anything else is kept as sent. Shown as sent either way.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Uid {
+    Uuid([u8; 16]),
+    Other(Box<str>),
+}
+
+impl Uid {
+    /// Hyphens sit after these many hex digits: 8-4-4-4-12.
+    const GROUPS: [usize; 5] = [8, 4, 4, 4, 12];
+
+    fn parse_uuid(s: &str) -> Option<[u8; 16]> {
+        let mut out = [0u8; 16];
+        let mut digits = 0;
+        let mut groups = s.split('-');
+        for len in Self::GROUPS {
+            let group = groups.next()?;
+            if group.len() != len {
+                return None;
+            }
+            for c in group.bytes() {
+                let nibble = match c {
+                    b'0'..=b'9' => c - b'0',
+                    b'a'..=b'f' => c - b'a' + 10,
+                    _ => return None,
+                };
+                out[digits / 2] |= nibble << (if digits % 2 == 0 { 4 } else { 0 });
+                digits += 1;
+            }
+        }
+        groups.next().is_none().then_some(out)
+    }
+}
+
+impl Default for Uid {
+    fn default() -> Self {
+        Uid::Other(Box::default())
+    }
+}
+
+impl From<&str> for Uid {
+    fn from(s: &str) -> Uid {
+        match Uid::parse_uuid(s) {
+            Some(bytes) => Uid::Uuid(bytes),
+            None => Uid::Other(s.into()),
+        }
+    }
+}
+
+impl std::fmt::Display for Uid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Uid::Other(s) => f.write_str(s),
+            Uid::Uuid(bytes) => {
+                let hex = bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
+                let mut at = 0;
+                for (i, len) in Uid::GROUPS.into_iter().enumerate() {
+                    if i > 0 {
+                        f.write_str("-")?;
+                    }
+                    f.write_str(&hex[at..at + len])?;
+                    at += len;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Uid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.to_string())
+    }
+}
+
 /// A pod's labels (or the annotations kept): pairs sorted by key, in one allocation.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Labels(Box<[(Text, Text)]>);
@@ -130,7 +206,7 @@ pub struct PodInfo {
     pub namespace: Text,
     /// Shared with the index's key (not interned: names are unique).
     pub name: Text,
-    pub uid: String,
+    pub uid: Uid,
     pub labels: Labels,
     pub annotations: Labels,
     /// `status.podIPs` (or `status.podIP`).
@@ -351,7 +427,7 @@ impl PodInfo {
         Some(PodInfo {
             namespace,
             name,
-            uid: meta.uid.clone().unwrap_or_default(),
+            uid: meta.uid.as_deref().map(Uid::from).unwrap_or_default(),
             labels,
             annotations,
             ips,
@@ -409,6 +485,28 @@ impl PodInfo {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_canonical_uuid_is_kept_in_16_bytes_and_shown_as_sent() {
+        let uuid = "0b3c9f2e-7d41-4a8b-9c0d-e1f203a4b5c6";
+        let uid = Uid::from(uuid);
+        assert!(matches!(uid, Uid::Uuid(_)));
+        assert_eq!(uid.to_string(), uuid);
+        for other in [
+            "u-1",
+            "",
+            "0B3C9F2E-7D41-4A8B-9C0D-E1F203A4B5C6",
+            "0b3c9f2e-7d41-4a8b-9c0d-e1f203a4b5c",
+            "0b3c9f2e-7d41-4a8b-9c0d-e1f203a4b5c6-",
+            "0b3c9f2e7d414a8b9c0de1f203a4b5c6",
+            "0b3c9f2e-7d41-4a8b-9c0d-e1f203a4b5cg",
+        ] {
+            let uid = Uid::from(other);
+            assert!(matches!(uid, Uid::Other(_)), "{other:?}");
+            assert_eq!(uid.to_string(), other);
+        }
+        assert_eq!(std::mem::size_of::<Uid>(), 24);
+    }
     use k8s_openapi::api::core::v1::Pod;
 
     #[test]

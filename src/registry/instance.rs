@@ -206,15 +206,22 @@ impl Default for LeaseTerms {
 /// Lookups and inserts are O(1): past a few entries, positions are indexed by a hash of the key
 /// (SipHash with a per-map random key, so chosen keys cannot collide on purpose). The byte size of
 /// keys and values is kept as entries change, so size caps cost nothing to check.
+///
+/// Memory: a key given as a `&'static str` (the operator's own keys) is not copied, values are
+/// kept at their exact length, and [`Metadata::shrink_to_fit`] drops spare capacity once an
+/// instance is stored.
 #[derive(Clone, Default)]
 pub struct Metadata {
     /// The entries in the order they were first inserted.
-    pairs: Vec<(String, String)>,
+    pairs: Vec<(MetaKey, Box<str>)>,
     /// Key hash → position in `pairs`; built once the map passes a few entries.
     index: Option<Box<Index>>,
     /// Total bytes of every key and value, for the per-instance size cap.
     bytes: usize,
 }
+
+/// A metadata key: borrowed when it is a constant, else owned.
+pub type MetaKey = std::borrow::Cow<'static, str>;
 
 /// Positions in `pairs` by key hash.
 #[derive(Clone)]
@@ -224,12 +231,12 @@ struct Index {
 }
 
 impl Index {
-    fn build(pairs: &[(String, String)]) -> Box<Index> {
+    fn build(pairs: &[(MetaKey, Box<str>)]) -> Box<Index> {
         let hasher = std::hash::RandomState::new();
         let mut table = hashbrown::HashTable::with_capacity(pairs.len() * 2);
         for (i, (k, _)) in pairs.iter().enumerate() {
-            table.insert_unique(hasher.hash_one(k.as_str()), i, |&j| {
-                hasher.hash_one(pairs[j].0.as_str())
+            table.insert_unique(hasher.hash_one(k.as_ref()), i, |&j| {
+                hasher.hash_one(pairs[j].0.as_ref())
             });
         }
         Box::new(Index { hasher, table })
@@ -255,14 +262,14 @@ impl Metadata {
     }
 
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.position(key).map(|i| self.pairs[i].1.as_str())
+        self.position(key).map(|i| &*self.pairs[i].1)
     }
 
     pub fn contains_key(&self, key: &str) -> bool {
         self.position(key).is_some()
     }
 
-    fn push(&mut self, key: String, value: String) {
+    fn push(&mut self, key: MetaKey, value: Box<str>) {
         self.bytes += key.len() + value.len();
         let i = self.pairs.len();
         self.pairs.push((key, value));
@@ -270,8 +277,8 @@ impl Metadata {
         match index {
             Some(index) => {
                 let Index { hasher, table } = &mut **index;
-                table.insert_unique(hasher.hash_one(pairs[i].0.as_str()), i, |&j| {
-                    hasher.hash_one(pairs[j].0.as_str())
+                table.insert_unique(hasher.hash_one(pairs[i].0.as_ref()), i, |&j| {
+                    hasher.hash_one(pairs[j].0.as_ref())
                 });
             }
             None if pairs.len() > Self::LINEAR => *index = Some(Index::build(pairs)),
@@ -280,9 +287,9 @@ impl Metadata {
     }
 
     /// Sets `key`, replacing an existing value in place (the last value wins).
-    pub fn insert(&mut self, key: impl Into<String>, value: impl Into<String>) {
+    pub fn insert(&mut self, key: impl Into<MetaKey>, value: impl Into<String>) {
         let key = key.into();
-        let value = value.into();
+        let value = value.into().into_boxed_str();
         match self.position(&key) {
             Some(i) => {
                 let slot = &mut self.pairs[i].1;
@@ -294,12 +301,12 @@ impl Metadata {
     }
 
     /// Sets `key` unless it is already there (the first value wins); whether it was set.
-    pub fn insert_first(&mut self, key: impl Into<String>, value: impl Into<String>) -> bool {
+    pub fn insert_first(&mut self, key: impl Into<MetaKey>, value: impl Into<String>) -> bool {
         let key = key.into();
         if self.position(&key).is_some() {
             return false;
         }
-        self.push(key, value.into());
+        self.push(key, value.into().into_boxed_str());
         true
     }
 
@@ -309,11 +316,23 @@ impl Metadata {
         let (k, v) = self.pairs.remove(pos);
         self.bytes -= k.len() + v.len();
         self.index = (self.pairs.len() > Self::LINEAR).then(|| Index::build(&self.pairs));
-        Some(v)
+        Some(v.into_string())
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.pairs.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+        self.pairs.iter().map(|(k, v)| (k.as_ref(), &**v))
+    }
+
+    /// Sets every entry of `other` here (its values win), in its order.
+    pub fn merge(&mut self, other: &Metadata) {
+        for (k, v) in &other.pairs {
+            self.insert(k.clone(), &**v);
+        }
+    }
+
+    /// Drops the spare capacity of the entries' list (called when an instance is stored).
+    pub fn shrink_to_fit(&mut self) {
+        self.pairs.shrink_to_fit();
     }
 
     pub fn is_empty(&self) -> bool {
@@ -346,7 +365,7 @@ impl fmt::Debug for Metadata {
 }
 
 /// Later values of a repeated key replace earlier ones in place.
-impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for Metadata {
+impl<K: Into<MetaKey>, V: Into<String>> FromIterator<(K, V)> for Metadata {
     fn from_iter<T: IntoIterator<Item = (K, V)>>(iter: T) -> Self {
         let mut m = Metadata::new();
         for (k, v) in iter {

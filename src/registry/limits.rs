@@ -281,7 +281,7 @@ mod tests {
                 Command::UpdateMetadata {
                     app: "A".into(),
                     id: "a1".into(),
-                    entries: pairs.iter().copied().collect::<Metadata>(),
+                    entries: pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect::<Metadata>(),
                 },
                 2,
             )
