@@ -707,7 +707,7 @@ impl Registry {
         }
         registrant.action_type = Some(ActionType::Added);
         registrant.last_updated_timestamp = now;
-        registrant.metadata.shrink_to_fit();
+        registrant.shrink_to_fit();
         let entry = Entry {
             info: Arc::new(registrant),
             lease,
@@ -1331,7 +1331,7 @@ impl Registry {
         info.action_type = Some(ActionType::Added);
         info.last_updated_timestamp = now;
         info.last_dirty_timestamp = now;
-        info.metadata.shrink_to_fit();
+        info.shrink_to_fit();
         self.push_recent_registered(now, &app, &id);
         self.put(
             Entry {

@@ -431,6 +431,32 @@ pub struct InstanceInfo {
 }
 
 impl InstanceInfo {
+    /// Drops the spare capacity of every string and of the metadata (a `format!`ed URL or a
+    /// decoded value may hold more than its length), once, when the instance is stored.
+    pub fn shrink_to_fit(&mut self) {
+        for s in [&mut self.host_name, &mut self.app, &mut self.ip_addr, &mut self.sid] {
+            s.shrink_to_fit();
+        }
+        for s in [
+            &mut self.instance_id,
+            &mut self.app_group_name,
+            &mut self.home_page_url,
+            &mut self.status_page_url,
+            &mut self.health_check_url,
+            &mut self.secure_health_check_url,
+            &mut self.vip_address,
+            &mut self.secure_vip_address,
+            &mut self.asg_name,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            s.shrink_to_fit();
+        }
+        self.metadata.shrink_to_fit();
+        self.data_center_info.metadata.shrink_to_fit();
+    }
+
     /// An instance with Java's `InstanceInfo()` defaults and the given identity; `now` becomes its
     /// dirty and updated timestamps, as when Java decodes a registration without them.
     pub fn new(app: &str, host_name: &str, ip_addr: &str, now: i64) -> InstanceInfo {
