@@ -515,7 +515,8 @@ pub struct Registry {
     /// Behaviour settings.
     config: RegistryConfig,
     /// Application name → instance id → stored instance.
-    apps: HashMap<String, HashMap<String, Entry>>,
+    /// The names are shared with the change log and the owner index.
+    apps: HashMap<Arc<str>, HashMap<Arc<str>, Entry>>,
     /// REST status overrides by instance id.
     overrides: HashMap<String, OverrideEntry>,
     /// The delta's change log, by application, pruned after the retention time.
@@ -656,7 +657,7 @@ impl Registry {
         let app = incoming.app.clone();
         let id = incoming.id().to_string();
         let replication = writer.is_replication();
-        let existing = self.apps.get(&app).and_then(|a| a.get(&id)).cloned();
+        let existing = self.apps.get(&*app).and_then(|a| a.get(&*id)).cloned();
         let (adopter, superseded) = match self.admit_registration(&incoming, existing.as_ref(), now) {
             Ok(admitted) => admitted,
             Err(reply) => return Outcome::reply(reply),
@@ -866,7 +867,7 @@ impl Registry {
                 limit: limits.max_instances,
             });
         }
-        match self.apps.get(&info.app) {
+        match self.apps.get(info.app.as_str()) {
             Some(app) if app.len() >= limits.max_instances_per_application => {
                 Err(LimitExceeded::InstancesPerApplication {
                     app: info.app.clone(),
@@ -893,7 +894,7 @@ impl Registry {
         now: i64,
     ) -> Outcome {
         let replication = writer.is_replication();
-        let Some(entry) = self.apps.get_mut(&app).and_then(|a| a.get_mut(&id)) else {
+        let Some(entry) = self.apps.get_mut(&*app).and_then(|a| a.get_mut(&*id)) else {
             return Outcome::reply(Reply::NotFound);
         };
         if entry.holding.is_pod() {
@@ -906,7 +907,7 @@ impl Registry {
         }
         let counted = entry.holding.counted();
         let current = Self::native_status(entry);
-        let override_status = self.overrides.get_mut(&id).map(|o| {
+        let override_status = self.overrides.get_mut(&*id).map(|o| {
             o.accessed = now;
             o.status
         });
@@ -918,7 +919,7 @@ impl Registry {
         let entry = if status != current {
             // Java corrects the status silently; a delta entry keeps clients' hash codes right.
             self.modify_native(&app, &id, status, now, |_| {});
-            self.apps.get_mut(&app).and_then(|a| a.get_mut(&id)).expect("present")
+            self.apps.get_mut(&*app).and_then(|a| a.get_mut(&*id)).expect("present")
         } else {
             entry
         };
@@ -941,7 +942,7 @@ impl Registry {
                             accessed: now,
                         },
                     );
-                    let entry = self.apps.get_mut(&app).and_then(|a| a.get_mut(&id)).expect("present");
+                    let entry = self.apps.get_mut(&*app).and_then(|a| a.get_mut(&*id)).expect("present");
                     Arc::make_mut(&mut entry.info).overridden_status = o;
                 }
                 outcome.reply = Reply::NotFound;
@@ -1200,8 +1201,8 @@ impl Registry {
         let id = info.id().to_string();
         let existing = self
             .apps
-            .get(&app)
-            .and_then(|a| a.get(&id))
+            .get(&*app)
+            .and_then(|a| a.get(&*id))
             .map(|e| (e.holding.clone(), e.info.clone()));
         let rest = match self.claim_for_pod(&info, &owner, overrides, existing.as_ref()) {
             Ok(rest) => rest,
@@ -1283,9 +1284,15 @@ impl Registry {
         let (app, id) = (info.app.clone(), info.id().to_string());
         let mut candidate = info.clone();
         candidate.last_dirty_timestamp = existing.last_dirty_timestamp;
-        let entry = self.apps.get_mut(&app).and_then(|a| a.get_mut(&id)).expect("present");
+        let (app_key, id_key) = self.keys(&app, &id).expect("present");
+        let entry = self
+            .apps
+            .get_mut(&app_key)
+            .and_then(|a| a.get_mut(&id_key))
+            .expect("present");
         let before = std::mem::replace(&mut entry.holding, holding);
-        self.owners.moved(&app, &id, before.owner(), entry.holding.owner());
+        self.owners
+            .moved(&app_key, &id_key, before.owner(), entry.holding.owner());
         let before = before.kind();
         if taken_over {
             entry.copied = false;
@@ -1434,8 +1441,8 @@ impl Registry {
                     .iter()
                     .filter(|(_, e)| e.holding.counted() && e.lease.is_expired(now, compensation, mode))
                     .map(|(id, _)| Evicted {
-                        app: app.clone(),
-                        id: id.clone(),
+                        app: app.to_string(),
+                        id: id.to_string(),
                     })
             })
             .collect();
@@ -1493,7 +1500,7 @@ impl Registry {
             .iter()
             .filter(|(_, entries)| !entries.is_empty())
             .map(|(name, entries)| AppView {
-                name: name.clone(),
+                name: name.to_string(),
                 instances: self.views(entries.values()),
             })
             .collect();
@@ -1512,7 +1519,7 @@ impl Registry {
             .apps
             .iter()
             .filter(|(_, entries)| !entries.is_empty())
-            .map(|(name, _)| (name.clone(), self.app_versions.get(name).copied().unwrap_or(0)))
+            .map(|(name, _)| (name.to_string(), self.app_versions.get(&**name).copied().unwrap_or(0)))
             .collect();
         v.sort();
         v
@@ -1611,7 +1618,7 @@ impl Registry {
             .filter_map(|(name, entries)| {
                 let instances = self.views(entries.values().filter(|e| e.info.has_vip(vip, secure)));
                 (!instances.is_empty()).then(|| AppView {
-                    name: name.clone(),
+                    name: name.to_string(),
                     instances,
                 })
             })
@@ -1639,7 +1646,7 @@ impl Registry {
             .apps
             .iter()
             .filter(|(_, e)| e.contains_key(id))
-            .map(|(n, _)| n.clone())
+            .map(|(n, _)| n.to_string())
             .collect();
         names.sort();
         names.into_iter().find_map(|app| self.instance(&app, id, now))
@@ -1717,7 +1724,12 @@ impl Registry {
             .flat_map(|(app, entries)| entries.iter().map(move |(id, e)| (app, id, e)))
             .filter_map(|(app, id, e)| {
                 let o = e.holding.owner()?;
-                Some((o.namespace.clone(), o.eureka_app.clone(), app.clone(), id.clone()))
+                Some((
+                    o.namespace.clone(),
+                    o.eureka_app.clone(),
+                    app.to_string(),
+                    id.to_string(),
+                ))
             })
             .collect();
         scanned.sort();
@@ -1835,9 +1847,22 @@ impl Registry {
         *self.by_origin.entry(entry.holding.kind()).or_default() += 1;
         self.text_bytes += entry.info.text_bytes();
         let owner = entry.holding.owner().cloned();
-        let old = self.apps.entry(app.clone()).or_default().insert(id.clone(), entry);
-        self.owners
-            .moved(&app, &id, old.as_ref().and_then(|o| o.holding.owner()), owner.as_ref());
+        let app_key = match self.apps.get_key_value(app.as_str()) {
+            Some((k, _)) => k.clone(),
+            None => Arc::from(app.as_str()),
+        };
+        let instances = self.apps.entry(app_key.clone()).or_default();
+        let id_key = match instances.get_key_value(id.as_str()) {
+            Some((k, _)) => k.clone(),
+            None => Arc::from(id.as_str()),
+        };
+        let old = instances.insert(id_key.clone(), entry);
+        self.owners.moved(
+            &app_key,
+            &id_key,
+            old.as_ref().and_then(|o| o.holding.owner()),
+            owner.as_ref(),
+        );
         if let Some(old) = old {
             self.text_bytes -= old.info.text_bytes();
             self.counts.remove(old.info.status);
@@ -1845,7 +1870,16 @@ impl Registry {
                 *n = n.saturating_sub(1);
             }
         }
-        self.record_change(now, &app, &id, None);
+        self.version += 1;
+        self.changes.record_shared(now, self.version, &app_key, &id_key, None);
+        self.app_versions.insert(app, self.version);
+    }
+
+    /// The names `app` and `id` are stored under, shared (none when not stored).
+    fn keys(&self, app: &str, id: &str) -> Option<(Arc<str>, Arc<str>)> {
+        let (app_key, instances) = self.apps.get_key_value(app)?;
+        let (id_key, _) = instances.get_key_value(id)?;
+        Some((app_key.clone(), id_key.clone()))
     }
 
     /// Edits a stored instance (copy-on-write), marks it MODIFIED and logs the change.
@@ -1868,8 +1902,9 @@ impl Registry {
 
     /// Removes an entry, cancels its lease and logs a DELETED change with its last state.
     fn remove(&mut self, app: &str, id: &str, now: i64) -> Option<InstanceView> {
+        let (app_key, id_key) = self.keys(app, id)?;
         let mut entry = self.apps.get_mut(app)?.remove(id)?;
-        self.owners.moved(app, id, entry.holding.owner(), None);
+        self.owners.moved(&app_key, &id_key, entry.holding.owner(), None);
         self.text_bytes -= entry.info.text_bytes();
         entry.lease.cancel(now);
         let info = Arc::make_mut(&mut entry.info);

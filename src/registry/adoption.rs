@@ -350,8 +350,8 @@ impl Registry {
             .get(app)
             .into_iter()
             .flat_map(|a| a.iter())
-            .filter(|(other, e)| other.as_str() != id && matches!(&e.holding, Holding::Adopted(a) if a.owner == *owner))
-            .map(|(other, e)| (other.clone(), e.info.last_dirty_timestamp))
+            .filter(|(other, e)| &***other != id && matches!(&e.holding, Holding::Adopted(a) if a.owner == *owner))
+            .map(|(other, e)| (other.to_string(), e.info.last_dirty_timestamp))
             .collect()
     }
 
@@ -433,7 +433,7 @@ impl Registry {
             .iter()
             .flat_map(|(app, entries)| entries.iter().map(move |(id, e)| (app, id, e)))
             .filter(|(_, _, e)| matches!(&e.holding, Holding::Adopted(a) if a.owner == *owner))
-            .map(|(app, id, _)| (app.clone(), id.clone()))
+            .map(|(app, id, _)| (app.to_string(), id.to_string()))
             .collect()
     }
 
@@ -443,11 +443,11 @@ impl Registry {
     fn reconcile_key(&mut self, key: &ClaimKey, now: i64, out: &mut Vec<Replication>) {
         let mut matching: Vec<(String, i64, i64)> = self
             .apps
-            .get(&key.app)
+            .get(&*key.app)
             .into_iter()
             .flat_map(|a| a.iter())
             .filter(|(_, e)| !e.holding.is_pod() && e.info.ip_addr == key.ip && e.info.port.port == key.port)
-            .map(|(id, e)| (id.clone(), e.info.last_dirty_timestamp, e.lease.registration_ts))
+            .map(|(id, e)| (id.to_string(), e.info.last_dirty_timestamp, e.lease.registration_ts))
             .collect();
         // Newest first: the one a live claim keeps.
         matching.sort_by(|a, b| (b.1, b.2, &b.0).cmp(&(a.1, a.2, &a.0)));
@@ -467,6 +467,9 @@ impl Registry {
 
     /// Adopts an entry for `owner` (or moves it to `owner`), and shows the pod's status.
     fn adopt(&mut self, app: &str, id: &str, owner: PodOwner, now: i64, out: &mut Vec<Replication>) {
+        let Some((app_key, id_key)) = self.keys(app, id) else {
+            return;
+        };
         let Some(entry) = self.apps.get_mut(app).and_then(|a| a.get_mut(id)) else {
             return;
         };
@@ -478,12 +481,12 @@ impl Registry {
                     && a.owner != owner
                 {
                     let from = std::mem::replace(&mut a.owner, owner.clone());
-                    self.owners.moved(app, id, Some(&from), Some(&owner));
+                    self.owners.moved(&app_key, &id_key, Some(&from), Some(&owner));
                     changed = true;
                 }
             }
             Origin::Native | Origin::Replicated => {
-                self.owners.moved(app, id, None, Some(&owner));
+                self.owners.moved(&app_key, &id_key, None, Some(&owner));
                 entry.holding = Holding::Adopted(Adoption {
                     owner,
                     base,
@@ -504,6 +507,9 @@ impl Registry {
 
     /// Ends an adoption: the entry is native (or replicated) again, counted, with its own status.
     fn release(&mut self, app: &str, id: &str, now: i64, out: &mut Vec<Replication>) {
+        let Some((app_key, id_key)) = self.keys(app, id) else {
+            return;
+        };
         let Some(entry) = self.apps.get_mut(app).and_then(|a| a.get_mut(id)) else {
             return;
         };
@@ -511,7 +517,7 @@ impl Registry {
             return;
         };
         let (base, raw) = (a.base, a.raw);
-        self.owners.moved(app, id, Some(&a.owner), None);
+        self.owners.moved(&app_key, &id_key, Some(&a.owner), None);
         entry.holding = match base {
             Origin::Replicated => Holding::Replicated,
             _ => Holding::Native,

@@ -58,15 +58,38 @@ impl ChangeLog {
     /// Logs a change of `app`/`id` made at registry version `version`; `removed` is the last
     /// state of an instance the change removed.
     pub fn record(&mut self, at: i64, version: u64, app: &str, id: &str, removed: Option<InstanceView>) {
+        self.record_with(at, version, (app, || Arc::from(app)), (id, || Arc::from(id)), removed);
+    }
+
+    /// [`ChangeLog::record`] with the registry's own names, shared rather than copied.
+    pub fn record_shared(
+        &mut self,
+        at: i64,
+        version: u64,
+        app: &Arc<str>,
+        id: &Arc<str>,
+        removed: Option<InstanceView>,
+    ) {
+        self.record_with(at, version, (app, || app.clone()), (id, || id.clone()), removed);
+    }
+
+    fn record_with(
+        &mut self,
+        at: i64,
+        version: u64,
+        (app, app_arc): (&str, impl FnOnce() -> Arc<str>),
+        (id, id_arc): (&str, impl FnOnce() -> Arc<str>),
+        removed: Option<InstanceView>,
+    ) {
         let app_key = match self.apps.get_key_value(app) {
             Some((k, _)) => k.clone(),
-            None => Arc::from(app),
+            None => app_arc(),
         };
         let entry = self.apps.entry(app_key.clone()).or_default();
         entry.version = version;
         let id_key = match entry.ids.get_key_value(id) {
             Some((k, _)) => k.clone(),
-            None => Arc::from(id),
+            None => id_arc(),
         };
         let slot = entry.ids.entry(id_key.clone()).or_insert((0, None));
         slot.0 += 1;

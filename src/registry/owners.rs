@@ -3,20 +3,25 @@
 //! holds, not the size of the registry. The registry keeps it in step with its own writes: every
 //! place an entry is stored, removed, or changes holding reports the owner before and after.
 
-use std::collections::{BTreeSet, HashMap};
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::Arc,
+};
 
 use super::PodOwner;
 
-/// `(application, instance id)` of the instances held for each EurekaApp, by namespace then
-/// EurekaApp name.
+/// `(application, instance id)`, the registry's own names, shared.
+type Held = BTreeSet<(Arc<str>, Arc<str>)>;
+
+/// The instances held for each EurekaApp, by namespace then EurekaApp name.
 #[derive(Debug, Default)]
 pub(super) struct Owners {
-    by_app: HashMap<String, HashMap<String, BTreeSet<(String, String)>>>,
+    by_app: HashMap<String, HashMap<String, Held>>,
 }
 
 impl Owners {
     /// `app`/`id` is now held for `to` (none: native or replicated, or gone) instead of `from`.
-    pub(super) fn moved(&mut self, app: &str, id: &str, from: Option<&PodOwner>, to: Option<&PodOwner>) {
+    pub(super) fn moved(&mut self, app: &Arc<str>, id: &Arc<str>, from: Option<&PodOwner>, to: Option<&PodOwner>) {
         let same_app = |a: &PodOwner, b: &PodOwner| a.namespace == b.namespace && a.eureka_app == b.eureka_app;
         if let (Some(f), Some(t)) = (from, to)
             && same_app(f, t)
@@ -32,16 +37,16 @@ impl Owners {
                 .or_default()
                 .entry(t.eureka_app.clone())
                 .or_default()
-                .insert((app.to_string(), id.to_string()));
+                .insert((app.clone(), id.clone()));
         }
     }
 
-    fn remove(&mut self, app: &str, id: &str, owner: &PodOwner) {
+    fn remove(&mut self, app: &Arc<str>, id: &Arc<str>, owner: &PodOwner) {
         let Some(ns) = self.by_app.get_mut(&owner.namespace) else {
             return;
         };
         if let Some(held) = ns.get_mut(&owner.eureka_app) {
-            held.remove(&(app.to_string(), id.to_string()));
+            held.remove(&(app.clone(), id.clone()));
             if held.is_empty() {
                 ns.remove(&owner.eureka_app);
             }
@@ -58,7 +63,7 @@ impl Owners {
             .and_then(|ns| ns.get(eureka_app))
             .into_iter()
             .flatten()
-            .map(|(app, id)| (app.as_str(), id.as_str()))
+            .map(|(app, id)| (&**app, &**id))
     }
 
     /// Every `(namespace, EurekaApp, application, id)`, sorted (for the tests' consistency check).
@@ -70,7 +75,7 @@ impl Owners {
             .flat_map(|(ns, apps)| {
                 apps.iter().flat_map(move |(ea, held)| {
                     held.iter()
-                        .map(move |(app, id)| (ns.clone(), ea.clone(), app.clone(), id.clone()))
+                        .map(move |(app, id)| (ns.clone(), ea.clone(), app.to_string(), id.to_string()))
                 })
             })
             .collect();
@@ -95,16 +100,16 @@ mod tests {
     fn moves_between_owners_and_forgets_empty_ones() {
         let mut o = Owners::default();
         let (a, b) = (owner("orders", "p-1"), owner("billing", "p-1"));
-        o.moved("ORDERS", "i-1", None, Some(&a));
-        o.moved("ORDERS", "i-2", None, Some(&a));
+        o.moved(&"ORDERS".into(), &"i-1".into(), None, Some(&a));
+        o.moved(&"ORDERS".into(), &"i-2".into(), None, Some(&a));
         // Another pod of the same EurekaApp: still held for it.
-        o.moved("ORDERS", "i-2", Some(&a), Some(&owner("orders", "p-2")));
+        o.moved(&"ORDERS".into(), &"i-2".into(), Some(&a), Some(&owner("orders", "p-2")));
         assert_eq!(o.of("shop", "orders").count(), 2);
-        o.moved("ORDERS", "i-1", Some(&a), Some(&b));
+        o.moved(&"ORDERS".into(), &"i-1".into(), Some(&a), Some(&b));
         assert_eq!(o.of("shop", "orders").collect::<Vec<_>>(), [("ORDERS", "i-2")]);
         assert_eq!(o.of("shop", "billing").collect::<Vec<_>>(), [("ORDERS", "i-1")]);
-        o.moved("ORDERS", "i-1", Some(&b), None);
-        o.moved("ORDERS", "i-2", Some(&a), None);
+        o.moved(&"ORDERS".into(), &"i-1".into(), Some(&b), None);
+        o.moved(&"ORDERS".into(), &"i-2".into(), Some(&a), None);
         assert_eq!(o.of("shop", "orders").count(), 0);
         assert!(o.by_app.is_empty(), "{o:?}");
     }
