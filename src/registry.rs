@@ -532,7 +532,7 @@ pub struct Registry {
     /// Bumped by every write that changes what a fetch shows (heartbeats do not).
     version: u64,
     /// The registry version of each application's last change (for per-application caches).
-    app_versions: HashMap<String, u64>,
+    app_versions: HashMap<Arc<str>, u64>,
     /// Self-preservation's expected clients, threshold and renewal rate.
     preservation: Preservation,
     /// When eviction last ran (its lateness is compensated, as Java does).
@@ -811,7 +811,7 @@ impl Registry {
                 },
             );
         }
-        let override_status = self.access_override(id, now);
+        let override_status = Self::access_override(&mut self.overrides, id, now);
         if let Some(o) = override_status {
             registrant.overridden_status = o;
         }
@@ -907,10 +907,7 @@ impl Registry {
         }
         let counted = entry.holding.counted();
         let current = Self::native_status(entry);
-        let override_status = self.overrides.get_mut(&*id).map(|o| {
-            o.accessed = now;
-            o.status
-        });
+        let override_status = Self::access_override(&mut self.overrides, &id, now);
         let status = rules::resolve(current, override_status, Some(current), replication);
         if status == Status::Unknown {
             // Possibly a deleted override: the client must re-register.
@@ -1791,8 +1788,10 @@ impl Registry {
             .saturating_sub(held(Origin::Pod) + held(Origin::Adopted))
     }
 
-    fn access_override(&mut self, id: &str, now: i64) -> Option<Status> {
-        let o = self.overrides.get_mut(id)?;
+    /// The override of `id`, marked as read now (a field borrow, so the heartbeat can hold its
+    /// entry meanwhile).
+    fn access_override(overrides: &mut HashMap<String, OverrideEntry>, id: &str, now: i64) -> Option<Status> {
+        let o = overrides.get_mut(id)?;
         o.accessed = now;
         Some(o.status)
     }
@@ -1833,29 +1832,21 @@ impl Registry {
         }
     }
 
-    fn record_change(&mut self, now: i64, app: &str, id: &str, removed: Option<InstanceView>) {
+    fn record_change(&mut self, now: i64, app: &Arc<str>, id: &Arc<str>, removed: Option<InstanceView>) {
         self.version += 1;
         self.changes.record(now, self.version, app, id, removed);
-        self.app_versions.insert(app.to_string(), self.version);
+        self.app_versions.insert(app.clone(), self.version);
     }
 
     /// Inserts or replaces an entry, keeping the counters right, and logs an ADDED change.
     fn put(&mut self, entry: Entry, now: i64) {
-        let app = entry.info.app.clone();
-        let id = entry.info.id().to_string();
         self.counts.add(entry.info.status);
         *self.by_origin.entry(entry.holding.kind()).or_default() += 1;
         self.text_bytes += entry.info.text_bytes();
         let owner = entry.holding.owner().cloned();
-        let app_key = match self.apps.get_key_value(app.as_str()) {
-            Some((k, _)) => k.clone(),
-            None => Arc::from(app.as_str()),
-        };
+        let app_key = shared_name(&self.apps, &entry.info.app);
         let instances = self.apps.entry(app_key.clone()).or_default();
-        let id_key = match instances.get_key_value(id.as_str()) {
-            Some((k, _)) => k.clone(),
-            None => Arc::from(id.as_str()),
-        };
+        let id_key = shared_name(instances, entry.info.id());
         let old = instances.insert(id_key.clone(), entry);
         self.owners.moved(
             &app_key,
@@ -1870,9 +1861,7 @@ impl Registry {
                 *n = n.saturating_sub(1);
             }
         }
-        self.version += 1;
-        self.changes.record_shared(now, self.version, &app_key, &id_key, None);
-        self.app_versions.insert(app, self.version);
+        self.record_change(now, &app_key, &id_key, None);
     }
 
     /// The names `app` and `id` are stored under, shared (none when not stored).
@@ -1897,7 +1886,8 @@ impl Registry {
         let new = info.status;
         self.counts.remove(old);
         self.counts.add(new);
-        self.record_change(now, app, id, None);
+        let (app, id) = self.keys(app, id).expect("present");
+        self.record_change(now, &app, &id, None);
     }
 
     /// Removes an entry, cancels its lease and logs a DELETED change with its last state.
@@ -1919,7 +1909,7 @@ impl Registry {
             self.recent_cancelled.pop_front();
         }
         let view = self.view(&entry);
-        self.record_change(now, app, id, Some(view.clone()));
+        self.record_change(now, &app_key, &id_key, Some(view.clone()));
         if self.apps.get(app).is_some_and(|a| a.is_empty()) {
             // Names of gone applications are not kept (clients may invent any number of them).
             self.apps.remove(app);
@@ -1947,6 +1937,14 @@ fn pod_replication(action: Action, view: &InstanceView) -> Replication {
         instance: (action == Action::Register).then(|| view.clone()),
         origin: Origin::Pod,
         writer: Writer::Controller,
+    }
+}
+
+/// The key `map` already holds for `name`, shared, or a new one.
+fn shared_name<V>(map: &HashMap<Arc<str>, V>, name: &str) -> Arc<str> {
+    match map.get_key_value(name) {
+        Some((k, _)) => k.clone(),
+        None => Arc::from(name),
     }
 }
 

@@ -121,14 +121,14 @@ impl std::fmt::Display for Uid {
         match self {
             Uid::Other(s) => f.write_str(s),
             Uid::Uuid(bytes) => {
-                let hex = bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
-                let mut at = 0;
+                let mut digits = bytes.iter().flat_map(|b| [b >> 4, b & 0xf]);
                 for (i, len) in Uid::GROUPS.into_iter().enumerate() {
                     if i > 0 {
                         f.write_str("-")?;
                     }
-                    f.write_str(&hex[at..at + len])?;
-                    at += len;
+                    for d in digits.by_ref().take(len) {
+                        write!(f, "{d:x}")?;
+                    }
                 }
                 Ok(())
             }

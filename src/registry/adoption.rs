@@ -350,7 +350,7 @@ impl Registry {
             .get(app)
             .into_iter()
             .flat_map(|a| a.iter())
-            .filter(|(other, e)| &***other != id && matches!(&e.holding, Holding::Adopted(a) if a.owner == *owner))
+            .filter(|(other, e)| other.as_ref() != id && matches!(&e.holding, Holding::Adopted(a) if a.owner == *owner))
             .map(|(other, e)| (other.to_string(), e.info.last_dirty_timestamp))
             .collect()
     }

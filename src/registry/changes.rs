@@ -57,39 +57,17 @@ pub struct ChangeLog {
 impl ChangeLog {
     /// Logs a change of `app`/`id` made at registry version `version`; `removed` is the last
     /// state of an instance the change removed.
-    pub fn record(&mut self, at: i64, version: u64, app: &str, id: &str, removed: Option<InstanceView>) {
-        self.record_with(at, version, (app, || Arc::from(app)), (id, || Arc::from(id)), removed);
-    }
-
-    /// [`ChangeLog::record`] with the registry's own names, shared rather than copied.
-    pub fn record_shared(
-        &mut self,
-        at: i64,
-        version: u64,
-        app: &Arc<str>,
-        id: &Arc<str>,
-        removed: Option<InstanceView>,
-    ) {
-        self.record_with(at, version, (app, || app.clone()), (id, || id.clone()), removed);
-    }
-
-    fn record_with(
-        &mut self,
-        at: i64,
-        version: u64,
-        (app, app_arc): (&str, impl FnOnce() -> Arc<str>),
-        (id, id_arc): (&str, impl FnOnce() -> Arc<str>),
-        removed: Option<InstanceView>,
-    ) {
-        let app_key = match self.apps.get_key_value(app) {
+    pub fn record(&mut self, at: i64, version: u64, app: &Arc<str>, id: &Arc<str>, removed: Option<InstanceView>) {
+        // The registry's names are shared; a name the log already holds keeps the log's copy.
+        let app_key = match self.apps.get_key_value(&**app) {
             Some((k, _)) => k.clone(),
-            None => app_arc(),
+            None => app.clone(),
         };
         let entry = self.apps.entry(app_key.clone()).or_default();
         entry.version = version;
-        let id_key = match entry.ids.get_key_value(id) {
+        let id_key = match entry.ids.get_key_value(&**id) {
             Some((k, _)) => k.clone(),
-            None => id_arc(),
+            None => id.clone(),
         };
         let slot = entry.ids.entry(id_key.clone()).or_insert((0, None));
         slot.0 += 1;
@@ -230,9 +208,9 @@ mod tests {
     #[test]
     fn tells_what_changed_since_a_version_until_pruning_forgets_it() {
         let mut log = ChangeLog::default();
-        log.record(1_000, 2, "A", "a-1", None);
-        log.record(2_000, 3, "B", "b-1", None);
-        log.record(3_000, 4, "A", "a-2", None);
+        log.record(1_000, 2, &"A".into(), &"a-1".into(), None);
+        log.record(2_000, 3, &"B".into(), &"b-1".into(), None);
+        log.record(3_000, 4, &"A".into(), &"a-2".into(), None);
         assert_eq!(names(log.apps_changed_since(1)), Some(vec!["A".into(), "B".into()]));
         assert_eq!(names(log.apps_changed_since(3)), Some(vec!["A".into()]));
         assert_eq!(names(log.apps_changed_since(4)), Some(vec![]));
@@ -250,7 +228,7 @@ mod tests {
         assert!(log.prune(1_500).is_none(), "nothing left to prune");
 
         // A pruning record older than the horizon is forgotten, and with it what it told.
-        log.record(9_000, 6, "C", "c-1", None);
+        log.record(9_000, 6, &"C".into(), &"c-1".into(), None);
         let touched = log.prune(2_500).unwrap();
         log.pruned_at(9_000, 5_000, 7, touched);
         assert_eq!(names(log.delta_apps_changed_since(4)), None);
@@ -263,8 +241,8 @@ mod tests {
     #[test]
     fn an_instance_stays_in_the_delta_while_any_of_its_changes_is_logged() {
         let mut log = ChangeLog::default();
-        log.record(1_000, 2, "A", "a-1", None);
-        log.record(2_000, 3, "A", "a-1", None);
+        log.record(1_000, 2, &"A".into(), &"a-1".into(), None);
+        log.record(2_000, 3, &"A".into(), &"a-1".into(), None);
         let touched = log.prune(1_500).unwrap();
         assert!(touched.is_empty(), "a-1 still has a change in the window");
         log.pruned_at(1_500, 0, 4, touched);
