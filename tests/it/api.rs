@@ -25,10 +25,15 @@ use tower::ServiceExt;
 
 fn app_with(disable_delta: bool, access: Option<Access>) -> (Router, AppState) {
     let health = Health::new(Arc::new(std::sync::atomic::AtomicBool::new(true)));
-    app_full(disable_delta, access, health)
+    app_full(disable_delta, access, health, Metrics::new())
 }
 
-fn app_full(disable_delta: bool, access: Option<Access>, health: Arc<Health>) -> (Router, AppState) {
+fn app_full(
+    disable_delta: bool,
+    access: Option<Access>,
+    health: Arc<Health>,
+    metrics: Arc<Metrics>,
+) -> (Router, AppState) {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let state = AppState::new(
         Registry::new(RegistryConfig::default(), clock.now_ms()),
@@ -40,7 +45,7 @@ fn app_full(disable_delta: bool, access: Option<Access>, health: Arc<Health>) ->
     let (_tx, peers) = watch::channel(Vec::new());
     let api = Api {
         state: state.clone(),
-        metrics: Metrics::new(),
+        metrics,
         health,
         max_body: 64 * 1024,
         input: Default::default(),
@@ -808,7 +813,7 @@ async fn only_the_peer_credentials_may_replicate() {
 async fn an_incomplete_registry_answers_fetches_with_503_and_takes_writes() {
     let health = Health::new(Arc::new(std::sync::atomic::AtomicBool::new(true)));
     let pods = health.condition("EurekaApps reconciled");
-    let (app, _) = app_full(false, None, health);
+    let (app, _) = app_full(false, None, health, Metrics::new());
     assert_eq!(register(&app, "ORDERS", "o-1").await.status, StatusCode::NO_CONTENT);
     for uri in [
         "/eureka/apps",
@@ -856,4 +861,56 @@ async fn dashboard_and_status_render() {
         r.text()
             .starts_with("<com.netflix.eureka.util.StatusInfo><generalStats><num-of-cpus>")
     );
+}
+
+#[tokio::test]
+async fn request_metrics_have_bounded_labels_whatever_the_method_and_path() {
+    let health = Health::new(Arc::new(std::sync::atomic::AtomicBool::new(true)));
+    let metrics = Metrics::new();
+    let (app, _) = app_full(false, None, health, metrics.clone());
+    // Made-up methods on a route and off any route, then two ordinary requests.
+    for (method, uri) in [
+        ("BREW", "/eureka/apps"),
+        ("XYZZY", "/eureka/v2/apps/ORDERS"),
+        ("BREW", "/nowhere/at/all"),
+    ] {
+        let r = call(&app, req(method, uri).body(Body::empty()).unwrap()).await;
+        assert!(r.status.is_client_error(), "{method} {uri}: {}", r.status);
+    }
+    for (method, uri, status) in [
+        ("GET", "/eureka/v2/apps", StatusCode::OK),
+        ("PUT", "/eureka/apps/ORDERS/o-1?status=UP", StatusCode::NOT_FOUND),
+    ] {
+        let r = call(&app, req(method, uri).body(Body::empty()).unwrap()).await;
+        assert_eq!(r.status, status, "{method} {uri}");
+    }
+    let text = metrics.encode();
+    let series: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("eureka_http_request_duration_seconds_count"))
+        .collect();
+    for l in &series {
+        assert!(
+            !l.contains("BREW") && !l.contains("XYZZY"),
+            "a client-chosen method names a series: {l}"
+        );
+    }
+    let expected = [
+        ("apps", "OTHER", 405),
+        ("unknown", "OTHER", 404),
+        // Both prefixes record under the same endpoint names.
+        ("apps", "GET", 200),
+        ("instance", "PUT", 404),
+    ];
+    for (endpoint, method, status) in expected {
+        let labels = [
+            format!("endpoint=\"{endpoint}\""),
+            format!("method=\"{method}\""),
+            format!("status=\"{status}\""),
+        ];
+        assert!(
+            series.iter().any(|l| labels.iter().all(|x| l.contains(x.as_str()))),
+            "no series with {labels:?}: {series:#?}"
+        );
+    }
 }
