@@ -326,6 +326,7 @@ pub async fn start(
         metrics: api.metrics.clone(),
         health: api.health.clone(),
     });
+    let draining = api.health.stopping();
     let eureka_app = router(api, access);
     let acceptor = tls.as_ref().map(|t| t.acceptor());
     if let Some(t) = tls {
@@ -336,13 +337,16 @@ pub async fn start(
         });
     }
     let (http, metrics, shutdown) = (listeners.http.clone(), http_metrics.clone(), supervisor.shutdown());
+    let stopping = draining.clone();
     supervisor.spawn("Eureka API", Expect::RunsForever, async move {
-        server::serve("eureka", eureka, eureka_app, &http, acceptor, metrics, shutdown.wait()).await?;
+        let wait = shutdown.wait();
+        server::serve("eureka", eureka, eureka_app, &http, acceptor, metrics, stopping, wait).await?;
         Ok(())
     });
     let (http, shutdown) = (listeners.http, supervisor.shutdown());
     supervisor.spawn("admin API", Expect::RunsForever, async move {
-        server::serve("admin", admin, admin_app, &http, None, http_metrics, shutdown.wait()).await?;
+        let wait = shutdown.wait();
+        server::serve("admin", admin, admin_app, &http, None, http_metrics, draining, wait).await?;
         Ok(())
     });
     Ok(())

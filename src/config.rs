@@ -62,6 +62,12 @@ pub struct Args {
     #[arg(long, env = "EUREKA_SHUTDOWN_GRACE_MS", default_value_t = 20_000, value_parser = positive)]
     pub shutdown_grace_ms: u64,
 
+    /// On SIGTERM, how long to keep serving with /readyz failing before draining, so that Service
+    /// endpoints and kube-proxy stop sending new connections here first (a second signal skips
+    /// it). 0 drains at once; the chart sets 5000.
+    #[arg(long, env = "EUREKA_SHUTDOWN_DELAY_MS", default_value_t = 0)]
+    pub shutdown_delay_ms: u64,
+
     #[command(flatten)]
     pub serving: serving::ServingArgs,
 

@@ -9,6 +9,9 @@
 //! * **Warnings**: problems that do not make the registry incomplete but need an operator's eye,
 //!   such as a peer refusing our credentials. `/readyz` lists them and stays green.
 //! * **Liveness**: `false` once a supervised task failed (the process is about to exit).
+//! * **Stopping**: set when the process is asked to stop. `/readyz` fails from then on, so the
+//!   replica leaves its Service's endpoints while it still serves (the shutdown delay), and
+//!   responses carry `Connection: close` so that clients reconnect elsewhere.
 
 use std::{
     collections::BTreeMap,
@@ -19,6 +22,10 @@ use std::{
 };
 
 use parking_lot::RwLock;
+
+/// A header on the 503 that refuses a fetch while the registry is not complete, so a replica's
+/// start-up sync can tell a peer that is starting (not a source) from one that is busy.
+pub const INCOMPLETE_HEADER: &str = "x-eureka-registry-incomplete";
 
 /// One completeness condition; cheap to clone, shared with the part that fulfils it.
 #[derive(Clone, Debug)]
@@ -73,6 +80,8 @@ pub struct Health {
     warnings: RwLock<BTreeMap<String, String>>,
     /// `false` once a supervised task failed.
     alive: Arc<AtomicBool>,
+    /// `true` once the process was asked to stop.
+    stopping: Arc<AtomicBool>,
 }
 
 impl Health {
@@ -109,6 +118,16 @@ impl Health {
         self.alive.load(Ordering::Acquire)
     }
 
+    /// Marks the process as stopping: not ready from now on.
+    pub fn stop(&self) {
+        self.stopping.store(true, Ordering::Release);
+    }
+
+    /// `true` once the process was asked to stop (shared with the HTTP listeners).
+    pub fn stopping(&self) -> Arc<AtomicBool> {
+        self.stopping.clone()
+    }
+
     /// Sets or replaces the warning from `source`.
     pub fn warn(&self, source: impl Into<String>, message: impl Into<String>) {
         self.warnings.write().insert(source.into(), message.into());
@@ -135,6 +154,9 @@ impl Health {
         let mut ready = self.is_alive();
         if !ready {
             out.push_str("[-] process: a supervised task failed; the process is stopping\n");
+        } else if self.stopping.load(Ordering::Acquire) {
+            ready = false;
+            out.push_str("[-] process: shutting down (still serving until the shutdown delay ends)\n");
         }
         for c in self.conditions.read().iter() {
             if c.met.load(Ordering::Acquire) {
@@ -179,6 +201,17 @@ mod tests {
         assert!(text.contains("[!] replication http://a/eureka/: 401"), "{text}");
         h.clear("replication http://a/eureka/");
         assert!(h.warnings().is_empty());
+    }
+
+    #[test]
+    fn a_stopping_process_is_not_ready_but_stays_complete() {
+        let h = Health::new(Arc::new(AtomicBool::new(true)));
+        assert!(h.report().0);
+        h.stop();
+        let (ready, text) = h.report();
+        assert!(!ready && text.contains("shutting down"), "{text}");
+        assert!(h.is_complete(), "fetches are still answered while it stops");
+        assert!(h.stopping().load(Ordering::Acquire));
     }
 
     #[test]

@@ -259,6 +259,7 @@ fn start_replica_discovery(
             watch::Backoff::new(settings.watch_max_backoff),
             watch_errors,
             health,
+            supervisor.shutdown(),
         );
         supervisor.spawn("replica discovery", Expect::RunsForever, task);
     } else {

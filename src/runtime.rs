@@ -45,6 +45,26 @@ pub async fn shutdown_signal() {
     tokio::select! { _ = ctrl_c => {}, _ = term => {} }
 }
 
+/// Resolves when the tasks should drain: on the first signal `/readyz` starts failing and every
+/// response says `Connection: close`, while everything keeps running for `delay` (endpoints and
+/// kube-proxy learn that the replica is going and send new connections elsewhere); a second
+/// signal ends the delay early.
+async fn stop_requested(delay: Duration, health: Arc<Health>) {
+    shutdown_signal().await;
+    health.stop();
+    if delay.is_zero() {
+        return;
+    }
+    tracing::info!(
+        delay_ms = delay.as_millis() as u64,
+        "asked to stop: not ready from now on; serving until the shutdown delay ends, then draining"
+    );
+    tokio::select! {
+        _ = tokio::time::sleep(delay) => {}
+        _ = shutdown_signal() => tracing::info!("asked again: draining now"),
+    }
+}
+
 const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
 /// Who this replica is, read once from the flags and the pod's environment.
@@ -186,7 +206,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         supervisor.shutdown(),
     );
     supervisor.spawn("timers", Expect::RunsForever, timers);
-    supervisor.run(shutdown_signal()).await?;
+    let delay = Duration::from_millis(args.shutdown_delay_ms);
+    supervisor.run(stop_requested(delay, shared.health.clone())).await?;
     drop(cluster);
     Ok(())
 }

@@ -27,6 +27,10 @@
 //!   hyper-util's `GracefulShutdown`: in-flight requests finish (up to the shutdown grace),
 //!   idle connections close.
 //!
+//! * **Stopping**: once the process is asked to stop (`draining`), every response carries
+//!   `Connection: close`, so keep-alive clients reconnect, through their Service, to a replica
+//!   that is not stopping; the listener keeps accepting until the shutdown delay ends.
+//!
 //! Not covered here: a client that stops reading its response holds its connection until TCP
 //! gives up (hyper has no write timeout); `max_connections` bounds how many can do so.
 
@@ -160,6 +164,7 @@ fn busy(retry_after_seconds: u32, close: bool) -> Response<Body> {
 
 /// Serves `router` on `listener` (over TLS when `tls` is given) until `shutdown` resolves, then
 /// lets open requests finish for up to the shutdown grace. `name` labels logs and metrics.
+#[allow(clippy::too_many_arguments)]
 pub async fn serve(
     name: &'static str,
     listener: TcpListener,
@@ -167,6 +172,7 @@ pub async fn serve(
     settings: &HttpSettings,
     tls: Option<tokio_rustls::TlsAcceptor>,
     metrics: Metrics,
+    draining: Arc<AtomicBool>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), Error> {
     let addr = listener
@@ -174,7 +180,7 @@ pub async fn serve(
         .map_err(|source| Error::LocalAddr { listener: name, source })?;
     let settings = settings.clone();
     let counters = Counters::of(&metrics, name);
-    let service = stack(router, &settings, counters.shed_requests.clone());
+    let service = stack(router, &settings, counters.shed_requests.clone(), draining);
     let service = TowerToHyperService::new(service);
     let slots = Slots::new(name, settings.max_connections);
     let graceful = GracefulShutdown::new();
@@ -290,12 +296,14 @@ impl Slots {
     }
 }
 
-/// The tower stack every request passes: load shedding (503 with `Retry-After`) above the
-/// in-flight limit, then the request timeout (408) and the body-read deadline, then the router.
+/// The tower stack every request passes: `Connection: close` on every response once the process
+/// is stopping, load shedding (503 with `Retry-After`) above the in-flight limit, then the request
+/// timeout (408) and the body-read deadline, then the router.
 fn stack(
     router: Router,
     settings: &HttpSettings,
     shed_requests: Counter,
+    draining: Arc<AtomicBool>,
 ) -> impl tower::Service<
     Request<Incoming>,
     Response = axum::response::Response,
@@ -306,6 +314,13 @@ fn stack(
 + 'static {
     let retry_after = settings.retry_after_seconds;
     ServiceBuilder::new()
+        .map_response(move |mut r: Response<Body>| {
+            if draining.load(Ordering::Relaxed) {
+                r.headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            r
+        })
         .map_request(|r: Request<Incoming>| r.map(Body::new))
         .layer(HandleErrorLayer::new(move |e: BoxError| {
             let shed = shed_requests.clone();
@@ -455,6 +470,14 @@ mod tests {
     }
 
     async fn start(settings: HttpSettings, router: Router) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
+        start_draining(settings, router, Arc::default()).await
+    }
+
+    async fn start_draining(
+        settings: HttpSettings,
+        router: Router,
+        draining: Arc<AtomicBool>,
+    ) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -462,9 +485,32 @@ mod tests {
             let shutdown = async {
                 let _ = stopped.await;
             };
-            serve("test", listener, router, &settings, None, Metrics::default(), shutdown).await
+            let metrics = Metrics::default();
+            serve("test", listener, router, &settings, None, metrics, draining, shutdown).await
         });
         (addr, stop)
+    }
+
+    #[tokio::test]
+    async fn a_stopping_server_still_answers_but_closes_every_connection_after_its_answer() {
+        let (entered_tx, _entered) = mpsc::unbounded_channel();
+        let draining = Arc::new(AtomicBool::new(false));
+        let router = router(entered_tx, Arc::new(Notify::new()));
+        let (addr, _stop) = start_draining(HttpSettings::default(), router, draining.clone()).await;
+        let mut kept = TcpStream::connect(addr).await.unwrap();
+        let (status, head) = request(&mut kept, "/").await;
+        assert_eq!(status, 200);
+        assert!(!head.contains("connection: close"), "{head}");
+        draining.store(true, Ordering::Relaxed);
+        // The kept-alive connection gets its answer, then is closed; new ones are still accepted.
+        let (status, head) = request(&mut kept, "/").await;
+        assert_eq!(status, 200);
+        assert!(head.contains("connection: close"), "{head}");
+        assert!(closed(&mut kept).await, "closed after the answer");
+        let mut fresh = TcpStream::connect(addr).await.unwrap();
+        let (status, head) = request(&mut fresh, "/").await;
+        assert_eq!(status, 200);
+        assert!(head.contains("connection: close"), "{head}");
     }
 
     /// Sends `GET path` and reads one response head (and its short body): (status, head).

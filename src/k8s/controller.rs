@@ -35,7 +35,7 @@ use std::{
     time::Duration,
 };
 
-use futures::{FutureExt, StreamExt, stream::BoxStream};
+use futures::{FutureExt, StreamExt, TryStreamExt, stream::BoxStream};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::{
     Api, Client, Resource,
@@ -44,8 +44,7 @@ use kube::{
         Controller, WatchStreamExt,
         controller::Action,
         events::{Event as KubeEvent, EventType, Recorder},
-        finalizer::{self, Event as Finalize},
-        reflector::{ObjectRef, Store},
+        reflector::{self, ObjectRef, Store},
         watcher,
     },
 };
@@ -54,7 +53,7 @@ use prometheus_client::metrics::{counter::Counter, gauge::Gauge, histogram::Hist
 use tokio::sync::{mpsc, watch};
 
 use super::{
-    crd::{EurekaApp, EurekaAppStatus, FINALIZER, InstanceCounts, ReadinessGate, Registration},
+    crd::{EurekaApp, EurekaAppStatus, LEGACY_FINALIZER, InstanceCounts, ReadinessGate, Registration},
     index::{AppKey, Index, Scope, Snapshot, Touched},
     plan::{self, Context as PlanContext, Plan, Problem, Target, selector_matches},
     pods::{Interner, PodInfo, WatchedPod},
@@ -108,11 +107,11 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
-    #[error("failed to update the finalizer of {key}: {source}")]
+    #[error("failed to remove the finalizer of an earlier version from {key}: {source}")]
     Finalizer {
         key: AppKey,
         #[source]
-        source: Box<finalizer::Error<Error>>,
+        source: kube::Error,
     },
 }
 
@@ -410,6 +409,7 @@ pub async fn run(settings: Settings, parts: Parts, shutdown: Shutdown) -> anyhow
         stores,
         triggers,
         reconcile_all,
+        mut deleted,
     } = Controllers::new(&client, &scopes, settings.watch_max_backoff, &shutdown);
     complete.waiting("waiting for the Pod, Node and EurekaApp watches to list");
     let ctx = Arc::new(Context {
@@ -447,6 +447,15 @@ pub async fn run(settings: Settings, parts: Parts, shutdown: Shutdown) -> anyhow
         })
     }));
     let watches = watch_pods_and_nodes(ctx.clone(), scopes);
+    let forget = {
+        let ctx = ctx.clone();
+        async move {
+            while let Some(app) = deleted.recv().await {
+                ctx.forget(&app);
+            }
+            std::future::pending::<anyhow::Result<()>>().await
+        }
+    };
     tokio::select! {
         _ = runs => {
             // The controllers end only on shutdown.
@@ -457,6 +466,7 @@ pub async fn run(settings: Settings, parts: Parts, shutdown: Shutdown) -> anyhow
         }
         ended = watches => ended,
         ended = ctx.clone().background(leader) => ended,
+        ended = forget => ended,
     }
 }
 
@@ -496,6 +506,8 @@ fn change_notes(app_name: &str, registered: &[String], removed: usize) -> Vec<No
 }
 
 /// One kube-runtime `Controller` of EurekaApps per scope, with the handles that reach into them.
+/// Each is fed by a watch stream of our own (`Controller::for_stream`) so that deletions, which
+/// kube-runtime does not reconcile, reach [`Context::forget`] at once.
 struct Controllers {
     controllers: Vec<Controller<EurekaApp>>,
     /// Each controller's cache of EurekaApps.
@@ -504,15 +516,19 @@ struct Controllers {
     triggers: Triggers,
     /// Asks each controller to reconcile every EurekaApp.
     reconcile_all: Vec<mpsc::UnboundedSender<()>>,
+    /// EurekaApps the watches saw deleted.
+    deleted: mpsc::UnboundedReceiver<EurekaApp>,
 }
 
 impl Controllers {
     fn new(client: &Client, scopes: &[Scope], max_backoff: Duration, shutdown: &Shutdown) -> Self {
+        let (deleted_tx, deleted) = mpsc::unbounded_channel();
         let mut this = Controllers {
             controllers: Vec::new(),
             stores: Stores::default(),
             triggers: Triggers::default(),
             reconcile_all: Vec::new(),
+            deleted,
         };
         for scope in scopes {
             let api: Api<EurekaApp> = match scope {
@@ -521,8 +537,18 @@ impl Controllers {
             };
             let (tx, rx) = mpsc::unbounded_channel();
             let (all_tx, all_rx) = mpsc::unbounded_channel();
-            let c = Controller::new(api, watcher::Config::default())
-                .trigger_backoff(Backoff::new(max_backoff))
+            let (reader, writer) = reflector::store();
+            let deleted_tx = deleted_tx.clone();
+            let apps = watcher(api, watcher::Config::default())
+                .backoff(Backoff::new(max_backoff))
+                .reflect(writer)
+                .inspect_ok(move |event| {
+                    if let watcher::Event::Delete(app) = event {
+                        let _ = deleted_tx.send(app.clone());
+                    }
+                })
+                .applied_objects();
+            let c = Controller::for_stream(apps, reader)
                 .reconcile_on(receiver_stream(rx))
                 .reconcile_all_on(receiver_stream(all_rx))
                 .graceful_shutdown_on(shutdown.clone().wait());
@@ -1117,41 +1143,51 @@ impl Context {
         notes
     }
 
-    /// The leader's writes: the finalizer (kube-runtime's helper), the status, the Events, and
-    /// the readiness gates of pods whose instance every replica has.
+    /// The leader's writes: the status, the Events, the readiness gates of pods whose instance
+    /// every replica has, and the removal of the finalizer an earlier version added.
     async fn write(&self, app: Arc<EurekaApp>, key: &AppKey, applied: Applied) -> Result<Action, Error> {
         let api: Api<EurekaApp> = Api::namespaced(self.client.clone(), &key.namespace);
-        let status = applied.status;
         let mut action = applied.action;
         if let Some(gated) = &applied.gated
             && let Some(again) = self.open_gates(key, gated).await
         {
             action = Action::requeue(again);
         }
-        let status_api = api.clone();
-        let result = finalizer::finalizer(&api, FINALIZER, app, |event| async move {
-            match event {
-                Finalize::Apply(app) => {
-                    if let Some(status) = &status {
-                        self.write_status(&status_api, key, &app, status).await?;
-                    }
-                    Ok(action)
+        let result = async {
+            remove_legacy_finalizer(&api, key, &app).await?;
+            match &applied.status {
+                Some(status) if app.metadata.deletion_timestamp.is_none() => {
+                    self.write_status(&api, key, &app, status).await
                 }
-                Finalize::Cleanup(_) => {
-                    tracing::info!(app = %key, "instances deregistered: removing the finalizer");
-                    Ok(Action::await_change())
-                }
+                _ => Ok(()),
             }
-        })
+        }
         .await;
         self.record(key, &applied.notes).await;
-        result.map_err(|e| match e {
-            finalizer::Error::ApplyFailed(inner) | finalizer::Error::CleanupFailed(inner) => inner,
-            other => Error::Finalizer {
-                key: key.clone(),
-                source: Box::new(other),
-            },
-        })
+        result.map(|()| action)
+    }
+
+    /// An EurekaApp that is gone: its instances go, on every replica, at once (the periodic sweep
+    /// catches a deletion this replica's watch missed).
+    fn forget(&self, app: &EurekaApp) {
+        let Some(key) = AppKey::of(app) else { return };
+        if !self.index.read().synced() || self.stores.contains(&key) {
+            // Nothing was registered yet; or it exists again and its reconcile decides.
+            return;
+        }
+        let mut gone = app.clone();
+        gone.metadata.deletion_timestamp.get_or_insert_with(|| {
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now())
+        });
+        let current = self
+            .state
+            .with_registry(|r, _| r.pod_instances_of(&key.namespace, &key.name));
+        let applied = self.deregister_all(&key, &gone, &current, self.state.now());
+        self.failures.lock().remove(&key);
+        self.reconciled.lock().remove(&key);
+        for note in &applied.notes {
+            tracing::info!(app = %key, "{}", note.message);
+        }
     }
 
     /// Opens the gate of every waiting pod whose instance every ready replica holds UP, once the
@@ -1384,6 +1420,30 @@ fn error_policy(app: Arc<EurekaApp>, error: &Error, ctx: Arc<Context>) -> Action
     let delay = backoff(failures, ctx.settings.max_backoff);
     tracing::warn!(app = %key, error = %error, retry_in = ?delay, "reconcile failed; retrying");
     Action::requeue(delay)
+}
+
+/// Removes the finalizer that versions before 0.2 added (they deregistered through it), so that
+/// nothing is left that only a running operator could lift: deleting an EurekaApp, or its
+/// namespace, never waits on the operator. A merge patch of the list without it, guarded by the
+/// resource version (a concurrent change answers 409 and the reconcile is retried).
+async fn remove_legacy_finalizer(api: &Api<EurekaApp>, key: &AppKey, app: &EurekaApp) -> Result<(), Error> {
+    let finalizers = app.metadata.finalizers.as_deref().unwrap_or_default();
+    if !finalizers.iter().any(|f| f == LEGACY_FINALIZER) {
+        return Ok(());
+    }
+    let rest: Vec<&String> = finalizers.iter().filter(|f| *f != LEGACY_FINALIZER).collect();
+    let patch = serde_json::json!({"metadata": {
+        "finalizers": rest,
+        "resourceVersion": app.metadata.resource_version,
+    }});
+    api.patch(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|source| Error::Finalizer {
+            key: key.clone(),
+            source,
+        })?;
+    tracing::info!(app = %key, finalizer = LEGACY_FINALIZER, "removed the finalizer of an earlier version");
+    Ok(())
 }
 
 /// The wait after `failures` consecutive failures: 500 ms doubling, at most `cap`.

@@ -15,8 +15,10 @@ use serde::{Deserialize, Serialize};
 
 /// The API group of every resource of this operator.
 pub const GROUP: &str = "eureka-operator.dev";
-/// Finalizer that deregisters an EurekaApp's instances before it goes.
-pub const FINALIZER: &str = "eureka-operator.dev/deregister";
+/// The finalizer versions before 0.2 put on every EurekaApp. This version adds none (a deletion
+/// deregisters through the watch) and removes this one where it finds it, so that no EurekaApp
+/// or namespace can wait on an operator that was uninstalled.
+pub const LEGACY_FINALIZER: &str = "eureka-operator.dev/deregister";
 /// Pod annotation holding a status override set through the Eureka REST API.
 pub const STATUS_OVERRIDE_ANNOTATION: &str = "eureka-operator.dev/status-override";
 

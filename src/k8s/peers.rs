@@ -1,6 +1,7 @@
 //! Finds this operator's other replicas: the endpoints of its headless Service, from the
 //! EndpointSlices labelled `kubernetes.io/service-name`. Publishes their Eureka URLs (with
-//! readiness) on a watch channel; `None` until the first list.
+//! readiness: an endpoint's `serving` condition, since the headless Service publishes not-ready
+//! addresses and so marks every endpoint `ready`) on a watch channel; `None` until the first list.
 
 use std::{collections::BTreeMap, sync::Arc};
 
@@ -17,7 +18,7 @@ use prometheus_client::metrics::counter::Counter;
 use tokio::sync::watch;
 
 use super::watch::{Backoff, Follower, follow};
-use crate::health::Health;
+use crate::{health::Health, runtime::supervisor::Shutdown};
 
 /// A replica's Eureka URL and whether it is ready (a source for the start-up sync).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -54,7 +55,13 @@ pub fn endpoints(slices: &BTreeMap<String, EndpointSlice>, me: &OwnPod) -> Vec<R
             {
                 continue;
             }
-            let ready = ep.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true);
+            // `serving` is the pod's readiness; `ready` is always true behind a Service that
+            // publishes not-ready addresses (as the chart's headless one does).
+            let ready = ep
+                .conditions
+                .as_ref()
+                .and_then(|c| c.serving.or(c.ready))
+                .unwrap_or(true);
             let terminating = ep.conditions.as_ref().and_then(|c| c.terminating).unwrap_or(false);
             if terminating {
                 continue;
@@ -131,6 +138,7 @@ impl Follower<EndpointSlice> for Slices {
 }
 
 /// Watches the slices of `namespace/service` until the stream ends (an error) or shutdown.
+#[allow(clippy::too_many_arguments)]
 pub async fn watch_replicas(
     client: Client,
     (namespace, service): (String, String),
@@ -139,6 +147,7 @@ pub async fn watch_replicas(
     backoff: Backoff,
     errors: Counter,
     health: Arc<Health>,
+    shutdown: Shutdown,
 ) -> anyhow::Result<()> {
     let api: Api<EndpointSlice> = Api::namespaced(client, &namespace);
     let config = watcher::Config::default().labels(&format!("kubernetes.io/service-name={service}"));
@@ -148,14 +157,17 @@ pub async fn watch_replicas(
         slices: Mutex::new(BTreeMap::new()),
         tx,
     };
-    follow(
+    let followed = follow(
         format!("EndpointSlices of {namespace}/{service}"),
         stream,
         &follower,
         &errors,
         &health,
-    )
-    .await
+    );
+    tokio::select! {
+        ended = followed => ended,
+        _ = shutdown.wait() => Ok(()),
+    }
 }
 
 #[cfg(test)]
@@ -182,6 +194,9 @@ endpoints:
 - addresses: [10.0.0.4]
   conditions: {ready: false, terminating: true}
   targetRef: {kind: Pod, name: eureka-3}
+- addresses: [10.0.0.5]
+  conditions: {ready: true, serving: false}
+  targetRef: {kind: Pod, name: eureka-4}
 "#,
         )
         .unwrap();
@@ -201,12 +216,17 @@ endpoints:
                     url: "http://10.0.0.2:8761/eureka/".into(),
                     ready: false
                 },
+                // Published although not ready (publishNotReadyAddresses): `serving` tells.
+                ReplicaEndpoint {
+                    url: "http://10.0.0.5:8761/eureka/".into(),
+                    ready: false
+                },
             ]
         );
         let me = OwnPod {
             pod_name: None,
             pod_ip: Some("10.0.0.1".into()),
         };
-        assert_eq!(endpoints(&slices, &me).len(), 2);
+        assert_eq!(endpoints(&slices, &me).len(), 3);
     }
 }

@@ -18,6 +18,7 @@ use crate::codec::{
     self, DecodeError,
     batch::{self, PeerResponse},
 };
+use crate::health::INCOMPLETE_HEADER;
 use crate::registry::{Replication, instance::InstanceInfo};
 
 /// Marks our replication requests, with the sender's replica id.
@@ -29,6 +30,8 @@ pub enum Error {
     Network { url: String, source: reqwest::Error },
     #[error("peer {url} is congested ({status})")]
     Congested { url: String, status: String },
+    #[error("peer {url} is not complete yet (starting: its start-up sync or watches are not done)")]
+    Incomplete { url: String },
     #[error("peer {url} refused our credentials ({status}); check --peer-auth-* here and the peer's basic auth")]
     Unauthorized { url: String, status: StatusCode },
     #[error("peer {url} refused the request: {status}")]
@@ -41,7 +44,7 @@ impl Error {
     pub fn class(&self) -> Failure {
         match self {
             Error::Network { .. } => Failure::Network,
-            Error::Congested { .. } => Failure::Congestion,
+            Error::Congested { .. } | Error::Incomplete { .. } => Failure::Congestion,
             Error::Unauthorized { .. } => Failure::Unauthorized,
             // An answer we cannot read would fail again: Java loops here; we drop the batch.
             Error::Refused { .. } | Error::Decode { .. } => Failure::Permanent,
@@ -249,6 +252,11 @@ impl PeerClient {
             .send()
             .await
             .map_err(|source| classify(&peer.base, source))?;
+        if resp.status() == StatusCode::SERVICE_UNAVAILABLE && resp.headers().contains_key(INCOMPLETE_HEADER) {
+            return Err(Error::Incomplete {
+                url: peer.base.clone(),
+            });
+        }
         refused(&peer.base, resp.status())?;
         resp.bytes().await.map_err(|source| classify(&peer.base, source))
     }

@@ -22,7 +22,8 @@ pub struct Retries {
 
 /// Fills the registry from the ready `peers`; returns how many instances were registered.
 /// Retries (up to `retries`) only while nothing was found and one of our replicas did not answer
-/// (Java peers are asked once: a migration must not hold a replica back); with no peer it returns
+/// (Java peers are asked once: a migration must not hold a replica back; a replica that answers
+/// that it is not complete yet is starting too and is not waited for); with no peer it returns
 /// at once. `cluster_id` names this cluster's pod instances, which are skipped.
 #[tracing::instrument(name = "startup_sync", skip_all, fields(peers = peers.len()))]
 pub async fn sync(
@@ -59,6 +60,12 @@ pub async fn sync(
                         }
                     }
                     tracing::info!(peer = %peer.url.display(), instances = n, "synced the registry from a peer");
+                }
+                // Starting too: it holds nothing this replica's own watches and replication will
+                // not bring, so it is not a source and not worth waiting for (replicas started
+                // together would otherwise wait on each other).
+                Err(e @ super::client::Error::Incomplete { .. }) => {
+                    tracing::info!(peer = %peer.url.display(), reason = %e, "not syncing from a peer that is starting");
                 }
                 Err(e) => {
                     if own {

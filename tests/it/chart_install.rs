@@ -348,19 +348,30 @@ async fn the_chart_as_installed_runs_the_operator_cluster_wide() {
         },
     )
     .await;
-    // Status, finalizer, Events and pod annotations: every write the chart's RBAC must allow.
+    // Status, the removal of an earlier version's finalizer, Events and pod annotations: every
+    // write the chart's RBAC must allow.
     let status = wait_condition(&cluster, "shop", "orders", "Ready", "True").await;
     assert_eq!(status["selectedPods"], 1, "{status}");
-    let finalizers = cluster.kubectl_ok(&[
-        "get",
+    cluster.kubectl_ok(&[
+        "patch",
         "ea",
         "orders",
         "-n",
-        "shop",
-        "-o",
-        "jsonpath={.metadata.finalizers}",
+        "billing",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"finalizers":["eureka-operator.dev/deregister"]}}"#,
     ]);
-    assert!(finalizers.contains("eureka-operator.dev/deregister"), "{finalizers}");
+    wait_for(
+        "the old finalizer to be removed",
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        || async {
+            let f = cluster.kubectl_ok(&["get", "ea", "orders", "-n", "billing", "-o", "jsonpath={.metadata.finalizers}"]);
+            f.trim().is_empty().then_some(())
+        },
+    )
+    .await;
     wait_for(
         "a Registered Event",
         Duration::from_secs(30),

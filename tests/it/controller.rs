@@ -295,13 +295,23 @@ async fn overrides_from_the_eurekaapp_and_the_rest_api_survive_a_restart() {
     wait_instances(&op.server, "ORDERS", &[(stable, "OUT_OF_SERVICE"), (canary, "UP")]).await;
 }
 
+/// #21.5: an EurekaApp carries no finalizer, so deleting it (or its namespace) never waits on
+/// the operator; its instances go at once, through the watch. The sweep is set far out, so only
+/// the watch can remove them within the bound.
 #[tokio::test]
-async fn the_finalizer_deregisters_before_the_eurekaapp_goes() {
+async fn deleting_an_eurekaapp_deregisters_at_once_and_waits_on_no_finalizer() {
     let Some(cluster) = prepared() else { return };
     let client = cluster.admin().await;
-    let ns = "ctl-finalizer";
+    let ns = "ctl-delete";
     namespace(&client, ns).await;
-    let op = Operator::start(cluster, IP, ns, "ctl-finalizer", &[]).await;
+    let op = Operator::start(
+        cluster,
+        IP,
+        ns,
+        "ctl-delete",
+        &["--pod-instance-sweep-interval-ms", "600000"],
+    )
+    .await;
     eureka_app(cluster, ns, "orders", ORDERS);
     pod(
         &client,
@@ -313,33 +323,35 @@ async fn the_finalizer_deregisters_before_the_eurekaapp_goes() {
     )
     .await;
     set_ready(&client, ns, "orders-0", "10.24.0.1", true).await;
-    wait_instances(&op.server, "ORDERS", &[("orders-0.ctl-finalizer:orders:8080", "UP")]).await;
+    wait_instances(&op.server, "ORDERS", &[("orders-0.ctl-delete:orders:8080", "UP")]).await;
+    // Reconciled and its status written: still no finalizer.
     wait_for(
-        "the finalizer",
+        "the status",
         Duration::from_secs(20),
         Duration::from_millis(100),
         || async {
-            let f = cluster.kubectl_ok(&["get", "ea", "orders", "-n", ns, "-o", "jsonpath={.metadata.finalizers}"]);
-            f.contains("eureka-operator.dev/deregister").then_some(())
+            let s = cluster.kubectl_ok(&["get", "ea", "orders", "-n", ns, "-o", "jsonpath={.status.instances.up}"]);
+            (s.trim() == "1").then_some(())
         },
     )
     .await;
+    let finalizers = cluster.kubectl_ok(&["get", "ea", "orders", "-n", ns, "-o", "jsonpath={.metadata.finalizers}"]);
+    assert_eq!(finalizers.trim(), "", "no finalizer");
+    let deleted = std::time::Instant::now();
     cluster.kubectl_ok(&["delete", "ea", "orders", "-n", ns, "--wait=false"]);
-    wait_instances(&op.server, "ORDERS", &[]).await;
     wait_for(
-        "the EurekaApp to be gone",
-        Duration::from_secs(20),
-        Duration::from_millis(100),
-        || async {
-            let out = cluster
-                .kubectl()
-                .args(["get", "ea", "orders", "-n", ns])
-                .output()
-                .unwrap();
-            (!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("NotFound")).then_some(())
-        },
+        "the instances to go",
+        Duration::from_secs(3),
+        Duration::from_millis(25),
+        || async { instances(&op.server, "ORDERS").await.is_empty().then_some(()) },
     )
     .await;
+    eprintln!("FIGURES delete: instances gone {:?} after the delete", deleted.elapsed());
+    assert!(
+        op.server.proc.log().contains("deregistered 1 instances (deleted)"),
+        "{}",
+        op.server.proc.log_tail(30)
+    );
 }
 
 #[tokio::test]

@@ -790,35 +790,29 @@ fn own_rbac(cluster: &Cluster, sa: &str) -> String {
     rbac.replace("name: eo-eureka-operator", &format!("name: {sa}"))
 }
 
-/// #9.8: a finalizer removal that fails (here: RBAC takes `patch` away) is retried on a timer
-/// with backoff, so the EurekaApp does not stay in Terminating once the write can succeed.
+/// #9.8 and #21.5: an EurekaApp that an earlier version left with its finalizer has it removed by
+/// the leader; a removal that fails (here: RBAC takes `patch` away) is retried on a timer with
+/// backoff, so a deleted EurekaApp does not stay in Terminating once the write can succeed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_finalizer_removal_is_retried_until_it_succeeds() {
+async fn a_failed_removal_of_the_old_finalizer_is_retried_until_it_succeeds() {
     let Some(cluster) = prepared() else { return };
     let client = cluster.admin().await;
     let ns = "fault-rbac";
     namespace(&client, ns).await;
     let sa = "fault-rbac-operator";
     let rbac = own_rbac(cluster, sa);
-    let (ok, out) = crate::common::operator::kubectl_apply(cluster, &rbac);
-    assert!(ok, "{out}");
     pod(&client, ns, "w-0", &[("app", "w")], &[("http", 8080)], "node-a").await;
     set_ready(&client, ns, "w-0", "10.8.4.1", true).await;
-    let mut launch = Launch::new(ip(171), ns, "fault-rbac");
-    launch.user = format!("system:serviceaccount:eureka-system:{sa}");
-    let op = Operator::launch_with(cluster, launch).await;
-    eureka_app(cluster, ns, "w", "  selector: {matchLabels: {app: w}}\n  port: http\n");
-    wait_for(
-        "the finalizer",
-        Duration::from_secs(30),
-        Duration::from_millis(100),
-        || async {
-            let out = cluster.kubectl_ok(&["get", "ea", "w", "-n", ns, "-o", "jsonpath={.metadata.finalizers}"]);
-            out.contains("eureka-operator.dev/deregister").then_some(())
-        },
-    )
-    .await;
-    // Take `patch` on eurekaapps away, then delete.
+    // As versions before 0.2 left it.
+    let (ok, out) = crate::common::operator::kubectl_apply(
+        cluster,
+        &format!(
+            "apiVersion: eureka-operator.dev/v1alpha1\nkind: EurekaApp\nmetadata:\n  name: w\n  namespace: {ns}\n  \
+             finalizers: [eureka-operator.dev/deregister]\nspec:\n  selector: {{matchLabels: {{app: w}}}}\n  port: http\n"
+        ),
+    );
+    assert!(ok, "{out}");
+    // Without `patch` on eurekaapps from the start, then delete.
     let without_patch = rbac.replacen(
         "resources: [eurekaapps]\n    verbs: [list, watch, patch]",
         "resources: [eurekaapps]\n    verbs: [list, watch]",
@@ -827,6 +821,16 @@ async fn a_failed_finalizer_removal_is_retried_until_it_succeeds() {
     assert_ne!(without_patch, rbac, "the rule was found");
     let (ok, out) = crate::common::operator::kubectl_apply(cluster, &without_patch);
     assert!(ok, "{out}");
+    let mut launch = Launch::new(ip(171), ns, "fault-rbac");
+    launch.user = format!("system:serviceaccount:eureka-system:{sa}");
+    let op = Operator::launch_with(cluster, launch).await;
+    wait_for(
+        "the instance",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || async { (!instances(&op.server, "W").await.is_empty()).then_some(()) },
+    )
+    .await;
     cluster.kubectl_ok(&["delete", "ea", "w", "-n", ns, "--wait=false"]);
     wait_for(
         "the failed removal to be logged",
@@ -836,15 +840,20 @@ async fn a_failed_finalizer_removal_is_retried_until_it_succeeds() {
             op.server
                 .proc
                 .log()
-                .contains("reconcile failed; retrying")
+                .contains("failed to remove the finalizer of an earlier version")
                 .then_some(())
         },
     )
     .await;
-    assert!(
-        instances(&op.server, "W").await.is_empty(),
-        "instances go before the finalizer"
-    );
+    wait_for(
+        "the instances to go while the finalizer stays",
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || async { instances(&op.server, "W").await.is_empty().then_some(()) },
+    )
+    .await;
+    let finalizers = cluster.kubectl_ok(&["get", "ea", "w", "-n", ns, "-o", "jsonpath={.metadata.finalizers}"]);
+    assert!(finalizers.contains("eureka-operator.dev/deregister"), "{finalizers}");
     let (ok, out) = crate::common::operator::kubectl_apply(cluster, &rbac);
     assert!(ok, "{out}");
     let restored = Instant::now();

@@ -19,6 +19,7 @@ mod fuzz_replay;
 mod ha;
 mod hardening_http;
 mod hostile;
+mod installed;
 mod java_peering;
 mod lifecycle;
 mod migration;

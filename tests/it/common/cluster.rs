@@ -40,17 +40,20 @@ pub struct Cluster {
     _dir: tempfile::TempDir,
 }
 
-struct Pki {
-    ca_pem: String,
-    server_cert: String,
-    server_key: String,
-    admin_cert: String,
-    admin_key: String,
-    sa_key: String,
-    sa_pub: String,
+/// A test cluster's certificates: a CA, the apiserver's serving certificate, an admin client
+/// certificate in `system:masters`, and the service-account signing key pair.
+pub struct Pki {
+    pub ca_pem: String,
+    pub server_cert: String,
+    pub server_key: String,
+    pub admin_cert: String,
+    pub admin_key: String,
+    pub sa_key: String,
+    pub sa_pub: String,
 }
 
-fn pki() -> Pki {
+/// Generates a [`Pki`]; the serving certificate also names `extra_ips`.
+pub fn pki(extra_ips: &[std::net::IpAddr]) -> Pki {
     let ca_key = KeyPair::generate().expect("ca key");
     let mut ca = CertificateParams::new(Vec::<String>::new()).expect("ca params");
     ca.distinguished_name
@@ -78,6 +81,9 @@ fn pki() -> Pki {
     server
         .subject_alt_names
         .push(SanType::IpAddress("10.0.0.1".parse().unwrap()));
+    for ip in extra_ips {
+        server.subject_alt_names.push(SanType::IpAddress(*ip));
+    }
     server.distinguished_name.push(DnType::CommonName, "kube-apiserver");
     server.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     let server_cert = server.signed_by(&server_key, &issuer).expect("server cert");
@@ -106,7 +112,7 @@ fn pki() -> Pki {
 /// Fake nodes of [`Cluster::with_controllers`] (two zones).
 pub const LIFECYCLE_NODES: usize = 4;
 
-fn write(path: &Path, text: &str) {
+pub fn write(path: &Path, text: &str) {
     std::fs::write(path, text).unwrap_or_else(|e| panic!("failed to write {}: {e}", path.display()));
 }
 
@@ -302,7 +308,7 @@ impl Cluster {
         }
         let dir = scratch_dir("cluster");
         let d = dir.path();
-        let pki = pki();
+        let pki = pki(&[]);
         write(&d.join("ca.crt"), &pki.ca_pem);
         write(&d.join("apiserver.crt"), &pki.server_cert);
         write(&d.join("apiserver.key"), &pki.server_key);
