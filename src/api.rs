@@ -293,17 +293,35 @@ pub enum Error {
 /// Where and how to listen.
 pub struct Listeners {
     /// The Eureka API and dashboard.
-    pub eureka: std::net::SocketAddr,
+    pub eureka: Bound,
     /// `/metrics`, `/livez`, `/readyz`.
-    pub admin: std::net::SocketAddr,
+    pub admin: Bound,
     /// Timeouts and limits of both listeners.
     pub http: server::HttpSettings,
     /// TLS for the Eureka listener (the admin listener stays plain: probes and scrapes).
     pub tls: Option<Arc<crate::tls::ServerTls>>,
 }
 
-/// Binds both listeners (failing fast if a port is taken) and serves them as supervised tasks
-/// (with the certificate reloader when TLS is on); on shutdown they finish in-flight requests.
+/// A listening socket, bound before anything else starts: a replica started together with this
+/// one then finds it listening (its connection waits in the backlog and is answered, 503 until
+/// this one is complete) instead of refused, which it would take for a peer that is down.
+pub struct Bound {
+    listener: tokio::net::TcpListener,
+    addr: std::net::SocketAddr,
+}
+
+impl Bound {
+    /// Binds `addr`, failing fast if the port is taken.
+    pub async fn bind(what: &'static str, addr: std::net::SocketAddr) -> Result<Bound, Error> {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| Error::Bind { what, addr, source })?;
+        Ok(Bound { listener, addr })
+    }
+}
+
+/// Serves both bound listeners as supervised tasks (with the certificate reloader when TLS is
+/// on); on shutdown they finish in-flight requests.
 pub async fn start(
     listeners: Listeners,
     api: Api,
@@ -311,15 +329,10 @@ pub async fn start(
     supervisor: &mut crate::runtime::supervisor::Supervisor,
 ) -> Result<(), Error> {
     use crate::runtime::supervisor::Expect;
-    let bind = |what, addr| async move {
-        tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|source| Error::Bind { what, addr, source })
-    };
-    let eureka = bind("Eureka", listeners.eureka).await?;
-    let admin = bind("admin", listeners.admin).await?;
+    let (eureka, admin) = (listeners.eureka.listener, listeners.admin.listener);
+    let (eureka_addr, admin_addr) = (listeners.eureka.addr, listeners.admin.addr);
     let tls = listeners.tls;
-    tracing::info!(eureka = %listeners.eureka, admin = %listeners.admin, auth = access.is_some(), tls = tls.is_some(), "serving");
+    tracing::info!(eureka = %eureka_addr, admin = %admin_addr, auth = access.is_some(), tls = tls.is_some(), "serving");
     let http_metrics = server::Metrics::default();
     api.metrics.with_prometheus(|r| http_metrics.register(r));
     let admin_app = admin::router(admin::Admin {

@@ -161,6 +161,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             .context("failed to set up TLS for the Eureka API")?,
         access: args.auth.access()?,
     };
+    // Listening first: replicas started together then find each other starting, not down.
+    let bound = (
+        api::Bound::bind("Eureka", args.bind).await?,
+        api::Bound::bind("admin", args.admin_bind).await?,
+    );
     let shared = shared(&args.server, &args.limits, Health::new(supervisor.liveness()));
     let me = Identity::read(args.peers.replica_id.as_deref(), args.bind);
     // Completeness conditions are registered before anything serves.
@@ -198,7 +203,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         &mut supervisor,
     );
     // Serve before the sync ends, so replicas that start together can reach each other.
-    start_api(&args, guard, &shared, &cluster, &me, peers_rx, &mut supervisor).await?;
+    start_api(&args, bound, guard, &shared, &cluster, &me, peers_rx, &mut supervisor).await?;
     let timers = timers::run(
         shared.state,
         args.server.intervals(),
@@ -218,9 +223,11 @@ struct Guard {
     access: Option<api::auth::Access>,
 }
 
-/// The Eureka listener (API and dashboard) and the admin listener.
+/// The Eureka listener (API and dashboard) and the admin listener, bound earlier.
+#[allow(clippy::too_many_arguments)]
 async fn start_api(
     args: &Args,
+    (eureka, admin): (api::Bound, api::Bound),
     guard: Guard,
     shared: &Shared,
     cluster: &Cluster,
@@ -251,8 +258,8 @@ async fn start_api(
         )),
     };
     let listeners = api::Listeners {
-        eureka: args.bind,
-        admin: args.admin_bind,
+        eureka,
+        admin,
         http: args.serving.http(),
         tls: guard.tls,
     };

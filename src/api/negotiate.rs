@@ -178,10 +178,8 @@ impl ApiError {
                 let mut r = text(StatusCode::SERVICE_UNAVAILABLE, message);
                 r.headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-                r.headers_mut().insert(
-                    crate::health::INCOMPLETE_HEADER,
-                    HeaderValue::from_static("true"),
-                );
+                r.headers_mut()
+                    .insert(crate::health::INCOMPLETE_HEADER, HeaderValue::from_static("true"));
                 r
             }
             ApiError::Unauthorized => {

@@ -53,7 +53,7 @@ use prometheus_client::metrics::{counter::Counter, gauge::Gauge, histogram::Hist
 use tokio::sync::{mpsc, watch};
 
 use super::{
-    crd::{EurekaApp, EurekaAppStatus, LEGACY_FINALIZER, InstanceCounts, ReadinessGate, Registration},
+    crd::{EurekaApp, EurekaAppStatus, InstanceCounts, LEGACY_FINALIZER, ReadinessGate, Registration},
     index::{AppKey, Index, Scope, Snapshot, Touched},
     plan::{self, Context as PlanContext, Plan, Problem, Target, selector_matches},
     pods::{Interner, PodInfo, WatchedPod},

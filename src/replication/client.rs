@@ -253,9 +253,7 @@ impl PeerClient {
             .await
             .map_err(|source| classify(&peer.base, source))?;
         if resp.status() == StatusCode::SERVICE_UNAVAILABLE && resp.headers().contains_key(INCOMPLETE_HEADER) {
-            return Err(Error::Incomplete {
-                url: peer.base.clone(),
-            });
+            return Err(Error::Incomplete { url: peer.base.clone() });
         }
         refused(&peer.base, resp.status())?;
         resp.bytes().await.map_err(|source| classify(&peer.base, source))

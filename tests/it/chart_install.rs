@@ -367,7 +367,15 @@ async fn the_chart_as_installed_runs_the_operator_cluster_wide() {
         Duration::from_secs(30),
         Duration::from_millis(200),
         || async {
-            let f = cluster.kubectl_ok(&["get", "ea", "orders", "-n", "billing", "-o", "jsonpath={.metadata.finalizers}"]);
+            let f = cluster.kubectl_ok(&[
+                "get",
+                "ea",
+                "orders",
+                "-n",
+                "billing",
+                "-o",
+                "jsonpath={.metadata.finalizers}",
+            ]);
             f.trim().is_empty().then_some(())
         },
     )

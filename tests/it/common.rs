@@ -10,6 +10,6 @@ pub mod mesh;
 pub mod operator;
 pub mod peers;
 pub mod process;
-pub mod real_nodes;
 pub mod proxy;
+pub mod real_nodes;
 pub mod rng;

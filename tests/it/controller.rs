@@ -346,7 +346,10 @@ async fn deleting_an_eurekaapp_deregisters_at_once_and_waits_on_no_finalizer() {
         || async { instances(&op.server, "ORDERS").await.is_empty().then_some(()) },
     )
     .await;
-    eprintln!("FIGURES delete: instances gone {:?} after the delete", deleted.elapsed());
+    eprintln!(
+        "FIGURES delete: instances gone {:?} after the delete",
+        deleted.elapsed()
+    );
     assert!(
         op.server.proc.log().contains("deregistered 1 instances (deleted)"),
         "{}",

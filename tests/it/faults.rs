@@ -86,22 +86,9 @@ async fn ready_means_complete_across_restarts() {
     let (pods, apps) = (env_usize("EO_FAULT_PODS", 300), 3);
     let restarts = env_usize("EO_FAULT_RESTARTS", 4);
     ready_pods(&client, ns, pods, apps).await;
-    for a in 0..apps {
-        eureka_app(
-            cluster,
-            ns,
-            &format!("a{a}"),
-            &format!("  selector: {{matchLabels: {{app: a{a}}}}}\n  port: http\n"),
-        );
-    }
+    apps_a0_to(cluster, ns, apps);
     let mut op = Operator::start(cluster, ip(101), ns, "fault-ready", &[]).await;
-    wait_for(
-        "every pod registered",
-        Duration::from_secs(120),
-        Duration::from_millis(100),
-        || async { (fetch_count(&op.server).await == Some(pods)).then_some(()) },
-    )
-    .await;
+    all_registered(&op.server, pods).await;
     let mut to_ready = Vec::new();
     for r in 0..restarts {
         if r % 2 == 0 {
@@ -439,13 +426,7 @@ fn annotation(cluster: &Cluster, ns: &str, pod: &str) -> Option<String> {
 
 /// Two replicas sharing a Lease, each the other's static peer.
 pub(crate) async fn two_replicas(cluster: &Cluster, ns: &str, lease: &str, first: u8, extra: &[&str]) -> Vec<Operator> {
-    let ips = [ip(first), ip(first + 1)];
-    let ports: Vec<(u16, u16)> = ips.iter().map(|ip| (free_port(*ip), free_port(*ip))).collect();
-    let urls: Vec<String> = ips
-        .iter()
-        .zip(&ports)
-        .map(|(ip, (p, _))| format!("http://{ip}:{p}/eureka/"))
-        .collect();
+    let (ips, ports, urls) = crate::common::process::replica_addresses(first, 2);
     let mut out = Vec::new();
     for i in 0..2 {
         let mut args = vec![
@@ -954,6 +935,73 @@ async fn sigterm_hands_the_lease_over_and_flushes_replication() {
         "the queued registration was flushed before exit"
     );
     eprintln!("FIGURES sigterm: follower leads {took_over:?} after SIGTERM (lease 15 s)");
+}
+
+/// #21.6: with Kubernetes on, hundreds of pods registered and every watch running (replica
+/// discovery included), SIGTERM ends the process within 2 s when nothing is left to flush. Before
+/// the fix, the replica-discovery watch never heard the stop: "released the lease", then nothing
+/// until the shutdown grace (20 s) ran out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_ends_a_replica_with_hundreds_of_pods_within_two_seconds() {
+    let Some(cluster) = prepared() else { return };
+    let client = cluster.admin().await;
+    let ns = "fault-exit";
+    namespace(&client, ns).await;
+    let (pods, apps) = (env_usize("EO_FAULT_PODS", 300), 3);
+    ready_pods(&client, ns, pods, apps).await;
+    apps_a0_to(cluster, ns, apps);
+    let mut op = Operator::start(cluster, ip(104), ns, "fault-exit", &["--peer-service", "eo-peers"]).await;
+    let mut took = Vec::new();
+    for round in 0..3 {
+        all_registered(&op.server, pods).await;
+        let stopped = Instant::now();
+        op.server.proc.signal(libc::SIGTERM);
+        let status = loop {
+            if let Some(status) = op.server.proc.try_exit() {
+                break status;
+            }
+            assert!(
+                stopped.elapsed() < Duration::from_secs(25),
+                "round {round}: still running 25 s after SIGTERM:\n{}",
+                op.server.proc.log_tail(20)
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let elapsed = stopped.elapsed();
+        assert!(status.success(), "round {round}: a clean exit: {status:?}");
+        assert!(
+            elapsed < Duration::from_secs(2),
+            "round {round}: exited {elapsed:?} after SIGTERM (bound 2 s):\n{}",
+            op.server.proc.log_tail(20)
+        );
+        took.push(elapsed);
+        op.spawn_again();
+        op.server.wait_ready().await;
+    }
+    eprintln!("FIGURES sigterm_exit: {pods} pods registered, exits after SIGTERM {took:?}");
+}
+
+/// Waits until a fetch from `server` holds `pods` instances.
+async fn all_registered(server: &Server, pods: usize) {
+    wait_for(
+        "every pod registered",
+        Duration::from_secs(120),
+        Duration::from_millis(100),
+        || async { (fetch_count(server).await == Some(pods)).then_some(()) },
+    )
+    .await;
+}
+
+/// EurekaApps `a0`, `a1`, ... selecting the pods of [`ready_pods`] by their `app` label.
+fn apps_a0_to(cluster: &crate::common::cluster::Cluster, ns: &str, apps: usize) {
+    for a in 0..apps {
+        eureka_app(
+            cluster,
+            ns,
+            &format!("a{a}"),
+            &format!("  selector: {{matchLabels: {{app: a{a}}}}}\n  port: http\n"),
+        );
+    }
 }
 
 /// #9.11: without `--cluster-id`, the cluster is named by the kube-system namespace's UID.

@@ -8,8 +8,8 @@ use std::{net::Ipv4Addr, sync::Arc, time::Duration};
 use crate::common::{
     cluster::Cluster,
     eureka::{Native, http},
-    operator::{Operator, instances, namespace, prepared},
-    process::{free_port, wait_for},
+    operator::{Launch, Operator, instances, namespace, prepared},
+    process::{free_port, replica_addresses, wait_for},
     proxy::Proxy,
 };
 use serde_json::json;
@@ -45,13 +45,7 @@ async fn start_three(
     first: u8,
     extra: &[&str],
 ) -> (Vec<Operator>, Vec<String>) {
-    let ips: Vec<Ipv4Addr> = (0..3).map(|i| Ipv4Addr::new(127, 0, 0, first + i)).collect();
-    let ports: Vec<(u16, u16)> = ips.iter().map(|ip| (free_port(*ip), free_port(*ip))).collect();
-    let urls: Vec<String> = ips
-        .iter()
-        .zip(&ports)
-        .map(|(ip, (p, _))| format!("http://{ip}:{p}/eureka/"))
-        .collect();
+    let (ips, ports, urls) = replica_addresses(first, 3);
     let mut replicas = Vec::new();
     for i in 0..3 {
         let peers = peer_args(&urls, i);
@@ -535,4 +529,57 @@ async fn replicas_find_each_other_through_the_headless_service() {
         .unwrap()
         .to_string();
     assert_eq!(replicas, format!("http://{ip}:{}/eureka/", ports[1]));
+}
+
+/// #27.2: replicas started together do not wait on each other. Each lists the others as peers,
+/// and each answers the others' start-up fetch with 503 while it is not complete itself; such a
+/// peer is starting too, not a source, so a replica is complete with what its watches give and
+/// learns the rest through replication. Before, each retried its sync from the others (5 s
+/// apart) and was ready only after about 20 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_started_together_are_ready_without_waiting_on_each_other() {
+    let Some(cluster) = prepared() else { return };
+    let client = cluster.admin().await;
+    let ns = "ha-together";
+    namespace(&client, ns).await;
+    let (ips, ports, urls) = replica_addresses(160, 3);
+    let started = std::time::Instant::now();
+    let replicas: Vec<Operator> = (0..3)
+        .map(|i| {
+            let mut launch = Launch::new(ips[i], ns, "ha-together").args(&["--peer-urls", &peer_args(&urls, i)]);
+            launch.ports = Some(ports[i]);
+            launch.replica = format!("together-{i}");
+            Operator::spawn_with(cluster, launch)
+        })
+        .collect();
+    let mut ready_after = Vec::new();
+    for r in &replicas {
+        r.server.wait_ready().await;
+        ready_after.push(started.elapsed());
+    }
+    eprintln!("FIGURES started together: ready after {ready_after:?}");
+    for (i, r) in replicas.iter().enumerate() {
+        let log = r.server.proc.log();
+        assert!(
+            !log.contains("could not sync from a peer"),
+            "replica {i} waited on a peer:\n{log}"
+        );
+    }
+    let slowest = ready_after.iter().max().unwrap();
+    assert!(
+        *slowest < Duration::from_secs(5),
+        "ready after {ready_after:?}: a replica waited on the others"
+    );
+    // Replication still joins them: a registration on one reaches the others.
+    let c = Native::new(&urls[0], "TOGETHER", "t-1");
+    assert_eq!(c.register().await, 204);
+    for url in &urls[1..] {
+        wait_for(
+            "the registration replicated",
+            Duration::from_secs(10),
+            Duration::from_millis(50),
+            || async { c.is_on(url).await.then_some(()) },
+        )
+        .await;
+    }
 }

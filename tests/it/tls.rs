@@ -304,22 +304,8 @@ async fn replicas_replicate_over_https_verified_against_the_service_name() {
 
 /// `helm template` of the chart with `sets`, as objects; `Err` with helm's message if it fails.
 fn render(helm: &Path, sets: &[&str]) -> Result<Vec<Value>, String> {
-    let mut cmd = Command::new(helm);
-    cmd.args(["template", "eo"])
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/eureka-operator"))
-        .args(["-n", "eureka-system", "--kube-version", "1.36.3"]);
-    for s in sets {
-        cmd.args(["--set", s]);
-    }
-    let out = cmd.output().expect("failed to run helm");
-    if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-    }
-    Ok(String::from_utf8_lossy(&out.stdout)
-        .split("\n---")
-        .filter_map(|doc| serde_saphyr::from_str::<Value>(doc).ok())
-        .filter(|v| v.is_object())
-        .collect())
+    let args: Vec<&str> = sets.iter().flat_map(|s| ["--set", *s]).collect();
+    crate::chart::try_render(helm, &args)
 }
 
 #[test]

@@ -1,9 +1,20 @@
-{{/* The release's full name, shortened to what Kubernetes names allow. */}}
+{{/* The chart's name, or nameOverride: the app.kubernetes.io/name label and part of the full name. */}}
+{{- define "eureka-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The release's full name, shortened to what Kubernetes names allow; fullnameOverride replaces it
+(keeping a Java server's Service name, say). */}}
 {{- define "eureka-operator.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
@@ -12,7 +23,7 @@
 {{- end -}}
 
 {{- define "eureka-operator.labels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/name: {{ include "eureka-operator.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
@@ -20,7 +31,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
 {{- define "eureka-operator.selectorLabels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/name: {{ include "eureka-operator.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
@@ -51,4 +62,44 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{/* The name replicas check each other's certificate against: the client Service's. */}}
 {{- define "eureka-operator.tlsServerName" -}}
 {{- printf "%s.%s.svc" (include "eureka-operator.fullname" .) .Release.Namespace -}}
+{{- end -}}
+
+{{/* The Service Prometheus scrapes (serviceMonitor.enabled): the admin port, kept off the client Service. */}}
+{{- define "eureka-operator.metricsService" -}}
+{{- printf "%s-metrics" (include "eureka-operator.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The chart-created basic-auth Secret's data; the pod template carries its checksum, so a new
+password rolls the pods (they read it from env at start). */}}
+{{- define "eureka-operator.basicAuthData" -}}
+username: {{ .Values.basicAuth.username | quote }}
+password: {{ .Values.basicAuth.password | quote }}
+{{- if .Values.basicAuth.peerCredentials }}
+peer-username: {{ .Values.basicAuth.peerUsername | quote }}
+peer-password: {{ .Values.basicAuth.peerPassword | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* The rules on what the operator watches: cluster-wide in the ClusterRole, or in a Role per
+namespace of eureka.watchNamespaces. */}}
+{{- define "eureka-operator.watchedRules" -}}
+# Watch pods as compact projections; record REST status overrides as a pod annotation.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list, watch, patch]
+# The readiness gate (EurekaApp readinessGate): its condition on pods.
+- apiGroups: [""]
+  resources: [pods/status]
+  verbs: [patch]
+# EurekaApps: watch; remove the finalizer an earlier version added.
+- apiGroups: [eureka-operator.dev]
+  resources: [eurekaapps]
+  verbs: [list, watch, patch]
+- apiGroups: [eureka-operator.dev]
+  resources: [eurekaapps/status]
+  verbs: [patch]
+# Events on EurekaApps (created, then patched as series).
+- apiGroups: [events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
 {{- end -}}

@@ -63,15 +63,7 @@ impl Mesh {
     /// one, each waited for until ready. `None` when the Java peer is missing outside CI.
     pub async fn start(cluster: &Cluster, spec: MeshSpec) -> Option<Mesh> {
         let n = spec.replicas;
-        let ips: Vec<Ipv4Addr> = (0..n)
-            .map(|i| Ipv4Addr::new(127, 0, 0, spec.first_ip + i as u8))
-            .collect();
-        let ports: Vec<(u16, u16)> = ips.iter().map(|ip| (free_port(*ip), free_port(*ip))).collect();
-        let urls: Vec<String> = ips
-            .iter()
-            .zip(&ports)
-            .map(|(ip, (p, _))| format!("http://{ip}:{p}/eureka/"))
-            .collect();
+        let (ips, ports, urls) = super::process::replica_addresses(spec.first_ip, n);
         let mut links = BTreeMap::new();
         for from in 0..n {
             for to in 0..n {

@@ -181,7 +181,14 @@ impl Operator {
     }
 
     /// Starts an operator as `launch` says.
-    pub async fn launch_with(cluster: &Cluster, mut launch: Launch) -> Operator {
+    pub async fn launch_with(cluster: &Cluster, launch: Launch) -> Operator {
+        let op = Operator::spawn_with(cluster, launch);
+        op.server.wait_ready().await;
+        op
+    }
+
+    /// Starts an operator as `launch` says, without waiting for it to be ready.
+    pub fn spawn_with(cluster: &Cluster, mut launch: Launch) -> Operator {
         let dir = scratch_dir("operator");
         let kubeconfig = dir.path().join("kubeconfig");
         cluster.kubeconfig_as(&launch.user, &kubeconfig);
@@ -195,7 +202,6 @@ impl Operator {
             .ports
             .get_or_insert_with(|| (free_port(launch.ip), free_port(launch.ip)));
         let server = Operator::spawn(&launch, &kubeconfig, ports);
-        server.wait_ready().await;
         Operator {
             server,
             _dir: dir,

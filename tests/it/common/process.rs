@@ -176,6 +176,19 @@ pub fn free_port(ip: Ipv4Addr) -> u16 {
         .unwrap_or_else(|e| panic!("failed to find a free port on {ip}: {e}"))
 }
 
+/// Addresses for `n` replicas on 127.0.0.`first`.. : their IPs, free (Eureka, admin) ports on
+/// each, and their Eureka URLs.
+pub fn replica_addresses(first: u8, n: usize) -> (Vec<Ipv4Addr>, Vec<(u16, u16)>, Vec<String>) {
+    let ips: Vec<Ipv4Addr> = (0..n).map(|i| Ipv4Addr::new(127, 0, 0, first + i as u8)).collect();
+    let ports: Vec<(u16, u16)> = ips.iter().map(|ip| (free_port(*ip), free_port(*ip))).collect();
+    let urls = ips
+        .iter()
+        .zip(&ports)
+        .map(|(ip, (p, _))| format!("http://{ip}:{p}/eureka/"))
+        .collect();
+    (ips, ports, urls)
+}
+
 /// Polls `check` every `every` until it returns `Some`, or panics with `what` after `timeout`.
 pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, every: Duration, mut check: F) -> T
 where

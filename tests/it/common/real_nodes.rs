@@ -92,9 +92,19 @@ fn operator_archive() -> (PathBuf, String) {
 
 /// What a real node needs on this machine, or why it cannot run.
 fn missing_prerequisites(assets: &Path, images: &Path, image: &Path) -> Option<String> {
-    for bin in ["kubelet", "kube-proxy", "kube-controller-manager", "kube-scheduler", "etcd", "helm"] {
+    for bin in [
+        "kubelet",
+        "kube-proxy",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "etcd",
+        "helm",
+    ] {
         if !assets.join(bin).exists() {
-            return Some(format!("{bin} is missing from {}; run tests/peers/setup", assets.display()));
+            return Some(format!(
+                "{bin} is missing from {}; run tests/peers/setup",
+                assets.display()
+            ));
         }
     }
     for tool in ["containerd", "runc", "ctr", "nsenter", "ip", "iptables"] {
@@ -104,16 +114,24 @@ fn missing_prerequisites(assets: &Path, images: &Path, image: &Path) -> Option<S
     }
     for plugin in ["ptp", "host-local", "loopback"] {
         if !Path::new("/usr/lib/cni").join(plugin).exists() {
-            return Some(format!("the CNI plugin {plugin} is missing from /usr/lib/cni; run tests/peers/setup"));
+            return Some(format!(
+                "the CNI plugin {plugin} is missing from /usr/lib/cni; run tests/peers/setup"
+            ));
         }
     }
     for archive in ["pause.tar", "hello.tar", "python-client.tar"] {
         if !images.join(archive).exists() {
-            return Some(format!("{archive} is missing from {}; run tests/peers/setup", images.display()));
+            return Some(format!(
+                "{archive} is missing from {}; run tests/peers/setup",
+                images.display()
+            ));
         }
     }
     if !image.exists() {
-        return Some(format!("the operator image {} is missing; run .ci/image", image.display()));
+        return Some(format!(
+            "the operator image {} is missing; run .ci/image",
+            image.display()
+        ));
     }
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
@@ -216,7 +234,12 @@ impl RealCluster {
         eprintln!(
             "real nodes ready in {:?}: {}",
             started.elapsed(),
-            cluster.nodes.iter().map(|n| format!("{} {}", n.name, n.ip)).collect::<Vec<_>>().join(", ")
+            cluster
+                .nodes
+                .iter()
+                .map(|n| format!("{} {}", n.name, n.ip))
+                .collect::<Vec<_>>()
+                .join(", ")
         );
         cluster
     }
@@ -229,14 +252,24 @@ impl RealCluster {
         let node_ip = Ipv4Addr::new(10, 200, 0, 10 + k as u8);
         let host_end = format!("{PREFIX}-h{k}");
         ip(&["netns", "add", &netns]);
-        ip(&["link", "add", &host_end, "type", "veth", "peer", "name", "eth0", "netns", &netns]);
+        ip(&[
+            "link", "add", &host_end, "type", "veth", "peer", "name", "eth0", "netns", &netns,
+        ]);
         ip(&["link", "set", &host_end, "master", &bridge(), "up"]);
         ip(&["-n", &netns, "addr", "add", &format!("{node_ip}/24"), "dev", "eth0"]);
         ip(&["-n", &netns, "link", "set", "eth0", "up"]);
         ip(&["-n", &netns, "link", "set", "lo", "up"]);
         for other in (1..=NODES).filter(|o| *o != k) {
             let via = Ipv4Addr::new(10, 200, 0, 10 + other as u8).to_string();
-            ip(&["-n", &netns, "route", "add", &format!("10.244.{other}.0/24"), "via", &via]);
+            ip(&[
+                "-n",
+                &netns,
+                "route",
+                "add",
+                &format!("10.244.{other}.0/24"),
+                "via",
+                &via,
+            ]);
         }
         // Local processes (hostNetwork pods, a probe) reach ClusterIPs: kube-proxy's OUTPUT rules
         // rewrite them once a route exists.
@@ -259,7 +292,11 @@ impl RealCluster {
         let mut procs = Vec::new();
         let mut containerd = in_netns(&netns, Path::new("/usr/bin/containerd"));
         containerd.arg("--config").arg(conf.join("containerd.toml"));
-        procs.push(Proc::spawn(&format!("containerd {name}"), containerd, &conf.join("containerd.log")));
+        procs.push(Proc::spawn(
+            &format!("containerd {name}"),
+            containerd,
+            &conf.join("containerd.log"),
+        ));
         let socket = paths.run.join("containerd.sock");
         wait_path(&socket, Duration::from_secs(30), &procs[0]);
         let node = Node {
@@ -274,7 +311,10 @@ impl RealCluster {
         }
         node.import(&self.operator_image.0);
 
-        write(&conf.join("kubelet.yaml"), &kubelet_config(&name, node_ip, &paths, &self.dir, &conf));
+        write(
+            &conf.join("kubelet.yaml"),
+            &kubelet_config(&name, node_ip, &paths, &self.dir, &conf),
+        );
         let mut kubelet = in_netns(&netns, &self.assets.join("kubelet"));
         kubelet
             .arg(format!("--config={}", conf.join("kubelet.yaml").display()))
@@ -283,12 +323,23 @@ impl RealCluster {
             .arg(format!("--node-ip={node_ip}"))
             .arg(format!("--root-dir={}", paths.lib.join("kubelet").display()))
             .arg(format!("--cert-dir={}", paths.lib.join("pki").display()));
-        procs.push(Proc::spawn(&format!("kubelet {name}"), kubelet, &conf.join("kubelet.log")));
+        procs.push(Proc::spawn(
+            &format!("kubelet {name}"),
+            kubelet,
+            &conf.join("kubelet.log"),
+        ));
 
-        write(&conf.join("kube-proxy.yaml"), &kube_proxy_config(&name, node_ip, &self.kubeconfig));
+        write(
+            &conf.join("kube-proxy.yaml"),
+            &kube_proxy_config(&name, node_ip, &self.kubeconfig),
+        );
         let mut proxy = in_netns(&netns, &self.assets.join("kube-proxy"));
         proxy.arg(format!("--config={}", conf.join("kube-proxy.yaml").display()));
-        procs.push(Proc::spawn(&format!("kube-proxy {name}"), proxy, &conf.join("kube-proxy.log")));
+        procs.push(Proc::spawn(
+            &format!("kube-proxy {name}"),
+            proxy,
+            &conf.join("kube-proxy.log"),
+        ));
         *node.procs.lock().unwrap() = procs;
         node
     }
@@ -305,7 +356,10 @@ impl RealCluster {
                     panic!("{} exited ({status}):\n{}", p.name(), p.log_tail(40));
                 }
             }
-            assert!(started.elapsed() < Duration::from_secs(90), "kube-apiserver not ready in 90 s");
+            assert!(
+                started.elapsed() < Duration::from_secs(90),
+                "kube-apiserver not ready in 90 s"
+            );
             std::thread::sleep(Duration::from_millis(250));
         }
     }
@@ -722,10 +776,7 @@ extern "C" fn teardown_at_exit() {
 /// and node processes, mounts, network namespaces, bridge and routes, cgroups and directories.
 /// Safe to run when there is nothing to remove.
 pub fn remove_leftovers() {
-    let ours = |path: &str| {
-        path.split('/')
-            .any(|part| part.starts_with(&format!("{PREFIX}-")))
-    };
+    let ours = |path: &str| path.split('/').any(|part| part.starts_with(&format!("{PREFIX}-")));
     // Container processes: their root is a rootfs under a node's state directory. Node processes:
     // they live in a node's network namespace (containerd, its shims, kubelet, kube-proxy).
     let netns_ids: Vec<String> = std::fs::read_dir("/run/netns")
