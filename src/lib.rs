@@ -15,6 +15,7 @@ pub mod config;
 pub mod health;
 pub mod k8s;
 pub mod metrics;
+pub mod mutants;
 pub mod registry;
 pub mod replication;
 pub mod runtime;

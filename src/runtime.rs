@@ -150,6 +150,7 @@ struct Shared {
 
 /// Runs the operator until it is asked to stop (`Ok`) or one of its tasks fails (`Err`).
 pub async fn run(args: Args) -> anyhow::Result<()> {
+    crate::mutants::check()?;
     let mut supervisor = Supervisor::new(Duration::from_millis(args.shutdown_grace_ms));
     tls::install_default_provider();
     let guard = Guard {

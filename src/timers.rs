@@ -42,7 +42,7 @@ pub async fn run(
         tokio::select! {
             _ = &mut stop => return Ok(()),
             _ = evict.tick() => {
-                if *leader.borrow() {
+                if *leader.borrow() || crate::mutants::on("two-leaders") {
                     runs += 1;
                     // Java seeds its choice with the current time; so do we, plus a run counter.
                     let seed = (state.now() as u64).wrapping_mul(0x9E37_79B9).wrapping_add(runs);

@@ -192,6 +192,9 @@ pub async fn cancel(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let writer = writer(&headers, caller(auth))?;
+    if crate::mutants::on("keep-cancelled") && api.state.with_registry(|r, _| r.contains(&app, &id)) {
+        return reply(Reply::Ok, &headers);
+    }
     let command = Command::Cancel { app, id, writer };
     reply(api.state.apply(command).reply, &headers)
 }
@@ -388,6 +391,10 @@ fn reply(reply: Reply, headers: &HeaderMap) -> Result<Response, ApiError> {
 /// replaced copy is freed without the lock too.
 async fn update_metadata(api: &Api, app: String, id: String, entries: Metadata) -> Reply {
     let state = &api.state;
+    if crate::mutants::on("stall-heartbeats") {
+        // The old O(registry) update under the lock, as a stall of its own.
+        state.with_registry(|_, _| std::thread::sleep(std::time::Duration::from_secs(30)));
+    }
     let Some(base) = state.with_registry(|r, _| r.stored(&app, &id)) else {
         return state.apply(Command::UpdateMetadata { app, id, entries }).reply;
     };

@@ -372,7 +372,11 @@ impl Conn {
     fn http1(&self) -> hyper::server::conn::http1::Builder {
         let mut b = hyper::server::conn::http1::Builder::new();
         b.timer(TokioTimer::new())
-            .header_read_timeout(self.settings.header_read_timeout)
+            .header_read_timeout(if crate::mutants::on("idle-keepalive") {
+                self.settings.header_read_timeout * 30
+            } else {
+                self.settings.header_read_timeout
+            })
             .max_buf_size(
                 self.settings
                     .max_header_bytes

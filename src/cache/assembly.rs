@@ -359,7 +359,11 @@ impl Assembled {
                 Look::Ready(Snapshot {
                     version: r.version(),
                     versions_delta: kind.versions_delta(r),
-                    hashcode: r.apps_hashcode(),
+                    hashcode: if crate::mutants::on("wrong-hashcode") {
+                        format!("{}UNKNOWN_1_", r.apps_hashcode())
+                    } else {
+                        r.apps_hashcode()
+                    },
                     views,
                 })
             });

@@ -1201,7 +1201,11 @@ impl Context {
             .filter(|p| p.kind == PeerKind::Replica && p.ready)
             .cloned()
             .collect();
-        let delay = Duration::from_secs(gated.gate.delay_seconds.max(0) as u64);
+        let delay = if crate::mutants::on("gate-opens-early") {
+            Duration::ZERO
+        } else {
+            Duration::from_secs(gated.gate.delay_seconds.max(0) as u64)
+        };
         let mut again: Option<Duration> = None;
         let mut soonest = |d: Duration| again = Some(again.map_or(d, |a| a.min(d)));
         for (pod, app, id) in &gated.waiting {

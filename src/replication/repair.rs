@@ -173,7 +173,7 @@ impl Replicator {
                     }
                 }
                 _ = compare.tick() => {
-                    if *leader.borrow() && health.is_complete() {
+                    if *leader.borrow() && health.is_complete() && !crate::mutants::on("anti-entropy-off") {
                         self.compare_with_peers().await;
                     }
                 }
