@@ -454,6 +454,10 @@ pub fn decode_bytes<T>(
     json: bool,
     decode: impl FnOnce(Input<'_>) -> Result<T, ApiError>,
 ) -> Result<T, ApiError> {
+    if !gzip && raw.len() > limit {
+        // Read whole already (the caller's read is capped too): refused the same way.
+        return Err(ApiError::TooLarge(limit));
+    }
     if !gzip && !latin1 {
         return decode(Input::Bytes(raw));
     }

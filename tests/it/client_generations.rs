@@ -287,6 +287,11 @@ async fn spring_cloud_2022_client_and_feign_through_loadbalancer() {
     }
 }
 
+/// fargo, XML and JSON, on each server ([`exercise`] with full fetches only): on ours every full
+/// fetch's `apps__hashcode` adds up to the instances fargo decoded from it (no mismatch, counted only
+/// once fargo captured a hash code).
+///
+/// Killed by the `wrong-hashcode` mutant (tests/mutants).
 #[tokio::test]
 async fn fargo_go_client_xml_and_json() {
     let Some(s) = servers().await else { return };

@@ -569,7 +569,7 @@ async fn spring_client_discovers_pods_and_scale_down_never_trips_self_preservati
     )
     .await;
     let stats = spring.stats().await;
-    assert_eq!(stats["reconcileMismatches"], 0, "{stats}");
+    crate::common::clients::assert_no_mismatch("the Spring client", "the operator", &stats, true);
 }
 
 /// Measures how long a pod's readiness takes to show in `GET /eureka/apps/{app}`.

@@ -8,6 +8,7 @@
 //! raised on demand.
 
 use std::{
+    collections::{BTreeMap, BTreeSet},
     net::Ipv4Addr,
     sync::{
         Arc,
@@ -76,7 +77,231 @@ async fn ready_pods(client: &kube::Client, ns: &str, n: usize, apps: usize) {
         .await;
 }
 
-/// #9.1: a replica is ready, and answers fetches with 200, only with every pod instance in.
+/// The registry a complete replica serves, as the fetches of [`probe`] check it: the ids of each
+/// application, the `(app, id)` of each VIP, and the apps hash code.
+struct Complete {
+    apps: BTreeMap<String, BTreeSet<String>>,
+    vips: BTreeMap<String, BTreeSet<(String, String)>>,
+    hashcode: String,
+}
+
+/// The `instance` list of an application document (an array, or one object).
+fn instances_of(app: &Value) -> Vec<Value> {
+    match &app["instance"] {
+        Value::Array(a) => a.clone(),
+        Value::Object(_) => vec![app["instance"].clone()],
+        _ => Vec::new(),
+    }
+}
+
+/// The `application` list of an `applications` document (an array, or one object).
+fn applications_of(apps: &Value) -> Vec<Value> {
+    match &apps["application"] {
+        Value::Array(a) => a.clone(),
+        Value::Object(_) => vec![apps["application"].clone()],
+        _ => Vec::new(),
+    }
+}
+
+/// `app -> ids` of an `applications` document.
+fn ids_by_app(apps: &Value) -> BTreeMap<String, BTreeSet<String>> {
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for app in applications_of(apps) {
+        let name = app["name"].as_str().unwrap_or("").to_string();
+        for i in instances_of(&app) {
+            out.entry(name.clone())
+                .or_default()
+                .insert(i["instanceId"].as_str().unwrap_or("").to_string());
+        }
+    }
+    out
+}
+
+/// `(app, id)` of an `applications` document.
+fn app_ids(apps: &Value) -> BTreeSet<(String, String)> {
+    ids_by_app(apps)
+        .into_iter()
+        .flat_map(|(app, ids)| ids.into_iter().map(move |id| (app.clone(), id)))
+        .collect()
+}
+
+impl Complete {
+    /// What a full fetch (`GET apps/`, JSON) of a complete replica shows.
+    fn from_full(full: &Value) -> Complete {
+        let apps = &full["applications"];
+        let mut vips: BTreeMap<String, BTreeSet<(String, String)>> = BTreeMap::new();
+        for app in applications_of(apps) {
+            for i in instances_of(&app) {
+                let vip = i["vipAddress"].as_str().unwrap_or("").to_string();
+                let id = i["instanceId"].as_str().unwrap_or("").to_string();
+                vips.entry(vip)
+                    .or_default()
+                    .insert((app["name"].as_str().unwrap_or("").to_string(), id));
+            }
+        }
+        Complete {
+            apps: ids_by_app(apps),
+            vips,
+            hashcode: apps["apps__hashcode"].as_str().unwrap_or("").to_string(),
+        }
+    }
+
+    fn instances(&self) -> usize {
+        self.apps.values().map(BTreeSet::len).sum()
+    }
+
+    /// What differs between `want` and `have` (ids), for a failure message.
+    fn diff<T: Ord + std::fmt::Debug + Clone>(want: &BTreeSet<T>, have: &BTreeSet<T>) -> String {
+        let missing: Vec<&T> = want.difference(have).take(5).collect();
+        let extra: Vec<&T> = have.difference(want).take(5).collect();
+        format!(
+            "{} of {} ({} missing, e.g. {missing:?}; {} unexpected, e.g. {extra:?})",
+            have.len(),
+            want.len(),
+            want.difference(have).count(),
+            have.difference(want).count()
+        )
+    }
+}
+
+/// The kinds of fetch a Eureka client makes, each gated by completeness.
+const KINDS: [&str; 5] = ["full", "delta", "app", "vip", "instance"];
+
+/// How the restarting replica answered one fetch.
+#[derive(Debug)]
+enum Answer {
+    /// No HTTP answer (not listening yet, a connection that broke): no refusal, and nothing served.
+    Down,
+    /// `503` with `Retry-After`: refused, as a replica that is not complete must answer.
+    Refused,
+    /// `200` with everything a complete replica holds.
+    Complete,
+    /// Anything else: a `200` that misses something, a `404` of an instance that exists, a `503`
+    /// without `Retry-After`...
+    Wrong(String),
+}
+
+/// One fetch of `path` (under the Eureka base `base`); `check` judges a 200's JSON body.
+async fn fetch_one(
+    http: &reqwest::Client,
+    base: &str,
+    path: &str,
+    check: impl FnOnce(&Value) -> Option<String>,
+) -> Answer {
+    let Ok(r) = http
+        .get(format!("{base}{path}"))
+        .header("Accept", "application/json")
+        .send()
+        .await
+    else {
+        return Answer::Down;
+    };
+    let status = r.status().as_u16();
+    let retry_after = r.headers().contains_key(reqwest::header::RETRY_AFTER);
+    match status {
+        503 if retry_after => Answer::Refused,
+        200 => match r.json::<Value>().await {
+            // The body broke off (the process went away): nothing was served.
+            Err(_) => Answer::Down,
+            Ok(v) => match check(&v) {
+                None => Answer::Complete,
+                Some(why) => Answer::Wrong(format!("GET {path} answered 200 {why}")),
+            },
+        },
+        503 => Answer::Wrong(format!("GET {path} answered 503 without Retry-After")),
+        s => Answer::Wrong(format!("GET {path} answered {s}")),
+    }
+}
+
+/// Every kind of fetch once, at once: the full registry, the delta (whose `apps__hashcode` is the
+/// full registry's), each application, each VIP, and one instance of each application (by
+/// `apps/{APP}/{id}` and by `instances/{id}`, alternately). `(kind, answer)` of each.
+async fn probe(http: &reqwest::Client, base: &str, want: &Complete) -> Vec<(&'static str, Answer)> {
+    let hash = |v: &Value, which: &str| {
+        let have = v["applications"]["apps__hashcode"].as_str().unwrap_or("");
+        (have != want.hashcode)
+            .then(|| format!("with apps__hashcode {have:?} ({which}); complete: {:?}", want.hashcode))
+    };
+    let mut fetches: Vec<futures::future::BoxFuture<'_, (&'static str, Answer)>> = Vec::new();
+    fetches.push(Box::pin(async move {
+        let a = fetch_one(http, base, "apps/", |v| {
+            let have = app_ids(&v["applications"]);
+            let all: BTreeSet<(String, String)> = want
+                .apps
+                .iter()
+                .flat_map(|(a, ids)| ids.iter().map(move |id| (a.clone(), id.clone())))
+                .collect();
+            if have != all {
+                return Some(format!("with {} instances", Complete::diff(&all, &have)));
+            }
+            hash(v, "full")
+        })
+        .await;
+        ("full", a)
+    }));
+    fetches.push(Box::pin(async move {
+        ("delta", fetch_one(http, base, "apps/delta", |v| hash(v, "delta")).await)
+    }));
+    for (n, (app, ids)) in want.apps.iter().enumerate() {
+        fetches.push(Box::pin(async move {
+            let path = format!("apps/{app}");
+            let a = fetch_one(http, base, &path, |v| {
+                let have: BTreeSet<String> = instances_of(&v["application"])
+                    .iter()
+                    .map(|i| i["instanceId"].as_str().unwrap_or("").to_string())
+                    .collect();
+                (have != *ids).then(|| format!("with {} instances of {app}", Complete::diff(ids, &have)))
+            })
+            .await;
+            ("app", a)
+        }));
+        let id = ids.last().expect("an application has instances").clone();
+        let path = if n % 2 == 0 {
+            format!("apps/{app}/{id}")
+        } else {
+            format!("instances/{id}")
+        };
+        fetches.push(Box::pin(async move {
+            let a = fetch_one(http, base, &path, |v| {
+                let have = v["instance"]["instanceId"].as_str().unwrap_or("");
+                (have != id).then(|| format!("with instance {have:?}"))
+            })
+            .await;
+            ("instance", a)
+        }));
+    }
+    for (vip, members) in &want.vips {
+        fetches.push(Box::pin(async move {
+            let path = format!("vips/{vip}");
+            let a = fetch_one(http, base, &path, |v| {
+                let have = app_ids(&v["applications"]);
+                (have != *members).then(|| format!("with {} instances of VIP {vip}", Complete::diff(members, &have)))
+            })
+            .await;
+            ("vip", a)
+        }));
+    }
+    futures::future::join_all(fetches).await
+}
+
+/// #9.1: a replica is ready, and answers fetches with 200, only once it holds everything: every
+/// pod instance (its own watches) and every native instance its peer holds (the start-up sync).
+/// Replica B restarts again and again (SIGTERM and kill -9 in turn) next to replica A, which holds
+/// 300 pod instances of 3 EurekaApps and native instances of 4 applications; from each restart
+/// on, every fetch a Eureka client makes (full, delta, app, VIP, instance) is probed on B at once,
+/// over and over (10 ms apart): each must be refused (`503` with `Retry-After`; no answer at all,
+/// as before the process listens, is not a refusal) or complete, B must have refused each kind
+/// before it was ready, and once `/readyz` says ready every kind must be answered 200 and complete.
+///
+/// B reaches A through a proxy that adds 250 ms each way, so its start-up sync takes a known
+/// while (the window in which it must refuse): with a fast sync the window can be shorter than
+/// one probe (a lone replica was often ready at the first answer), and a test that never sees a
+/// refusal proves nothing. This adds about half a second to each restart; with the second replica
+/// and the probes the test takes 17-20 s on the shared 2-core machine (10 s with a lone replica
+/// polled for full fetches only).
+///
+/// Killed by the `ready-before-complete` mutant (answers before the sync and the first reconcile)
+/// and by the `partial-sync` mutant (B keeps the natives of one application only) (tests/mutants).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ready_means_complete_across_restarts() {
     let Some(cluster) = prepared() else { return };
@@ -87,48 +312,134 @@ async fn ready_means_complete_across_restarts() {
     let restarts = env_usize("EO_FAULT_RESTARTS", 4);
     ready_pods(&client, ns, pods, apps).await;
     apps_a0_to(cluster, ns, apps);
-    let mut op = Operator::start(cluster, ip(101), ns, "fault-ready", &[]).await;
-    all_registered(&op.server, pods).await;
+    let (a_ip, b_ip) = (ip(101), ip(102));
+    let (a_ports, b_ports) = ((free_port(a_ip), free_port(a_ip)), (free_port(b_ip), free_port(b_ip)));
+    let b_url = format!("http://{b_ip}:{}/eureka/", b_ports.0);
+    let b_to_a = Proxy::start(b_ip, std::net::SocketAddr::from((a_ip, a_ports.0))).await;
+    let fast = ["--replication-max-batching-delay-ms", "20"];
+    // A starts alone (B is not up yet): one sync attempt, not five 5 s apart.
+    let a_args = [
+        &["--peer-urls", b_url.as_str(), "--registry-sync-retries", "1"][..],
+        &fast,
+    ]
+    .concat();
+    let a = Operator::start_on(cluster, a_ip, a_ports, ns, "fault-ready", "fault-ready-a", &a_args).await;
+    let b_peer = b_to_a.url();
+    let b_args = [&["--peer-urls", b_peer.as_str()][..], &fast].concat();
+    let mut b = Operator::start_on(cluster, b_ip, b_ports, ns, "fault-ready", "fault-ready-b", &b_args).await;
+    // Native instances of four applications, registered on A; B has them by replication now, and
+    // after each restart only through its start-up sync from A.
+    let mut natives = 0;
+    for (n, app) in ["BILLING", "CATALOG", "PAYMENTS", "SHIPPING"].iter().enumerate() {
+        for i in 0..3 {
+            let id = format!("{}-{i}", app.to_lowercase());
+            let c = Native::new(&a.server.url(), app, &id)
+                .lease(3600, 30)
+                .at(&format!("10.31.{n}.{}", i + 1), 8080);
+            assert_eq!(c.register().await, 204, "registering {id} on A");
+            natives += 1;
+        }
+    }
+    let full = |server: &Server| {
+        let url = format!("{}apps/", server.url());
+        async move {
+            let r = http().get(url).header("Accept", "application/json").send().await.ok()?;
+            r.status().is_success().then_some(())?;
+            r.json::<Value>().await.ok()
+        }
+    };
+    let want = wait_for(
+        "A to hold every pod and native instance",
+        Duration::from_secs(120),
+        Duration::from_millis(100),
+        || async {
+            let w = Complete::from_full(&full(&a.server).await?);
+            (w.instances() == pods + natives).then_some(w)
+        },
+    )
+    .await;
+    assert_eq!(want.apps.len(), apps + 4, "{:?}", want.apps.keys());
+    wait_for(
+        "B to hold what A holds",
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        || async {
+            let have = Complete::from_full(&full(&b.server).await?);
+            (have.apps == want.apps && have.hashcode == want.hashcode).then_some(())
+        },
+    )
+    .await;
+    b_to_a.delay(Duration::from_millis(250), Duration::from_millis(250));
+
+    let http = http();
+    let base = b.server.url();
     let mut to_ready = Vec::new();
+    let mut refused_total = 0;
     for r in 0..restarts {
         if r % 2 == 0 {
-            op.server.proc.terminate(Duration::from_secs(10));
+            b.server.proc.terminate(Duration::from_secs(10));
         } else {
-            op.server.proc.kill();
+            b.server.proc.kill();
         }
-        op.spawn_again();
+        b.spawn_again();
         let started = Instant::now();
-        let mut early_fetches = 0;
+        let mut refused: BTreeMap<&str, usize> = KINDS.iter().map(|k| (*k, 0)).collect();
+        let mut probes = 0;
         loop {
-            let ready = readyz(&op.server).await;
-            let count = fetch_count(&op.server).await;
-            if let Some(c) = count {
-                assert_eq!(
-                    c, pods,
-                    "restart {r}: a fetch answered 200 with {c} of {pods} pod instances"
-                );
-            } else {
-                early_fetches += 1;
+            let ready = readyz(&b.server).await;
+            let answers = probe(&http, &base, &want).await;
+            probes += 1;
+            for (kind, answer) in &answers {
+                match answer {
+                    Answer::Refused => *refused.get_mut(kind).unwrap() += 1,
+                    Answer::Wrong(why) => panic!(
+                        "restart {r}, {:?} after the start, {} fetches refused so far: a {kind} fetch was not refused \
+                         and not complete: {why}\n{}",
+                        started.elapsed(),
+                        refused.values().sum::<usize>(),
+                        b.server.proc.log_tail(20)
+                    ),
+                    Answer::Down | Answer::Complete => {}
+                }
             }
             if ready == Some(200) {
-                let c = fetch_count(&op.server).await;
-                assert_eq!(c, Some(pods), "restart {r}: ready with {c:?} of {pods} pod instances");
+                // Ready: every fetch is answered, and complete.
+                for (kind, answer) in probe(&http, &base, &want).await {
+                    assert!(
+                        matches!(answer, Answer::Complete),
+                        "restart {r}: ready, but a {kind} fetch was answered {answer:?}"
+                    );
+                }
                 break;
             }
             assert!(
                 started.elapsed() < Duration::from_secs(120),
                 "restart {r}: not ready after 120 s\n{}",
-                op.server.proc.log_tail(30)
+                b.server.proc.log_tail(30)
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         to_ready.push(started.elapsed());
+        let total: usize = refused.values().sum();
         eprintln!(
-            "restart {r}: ready with all {pods} pod instances after {:?} ({early_fetches} fetches refused before)",
+            "restart {r}: ready with all {pods} pod instances and {natives} synced natives after {:?} \
+             ({total} fetches refused before, by kind {refused:?}, in {probes} probes)",
             started.elapsed()
         );
+        for (kind, n) in &refused {
+            assert!(
+                *n > 0,
+                "restart {r}: no {kind} fetch was refused (503 with Retry-After) before B was ready: \
+                 it never showed it was incomplete (refused by kind: {refused:?})"
+            );
+        }
+        refused_total += total;
     }
-    eprintln!("FIGURES ready_means_complete: pods={pods} restarts={restarts} time_to_ready={to_ready:?}");
+    eprintln!(
+        "FIGURES ready_means_complete: pods={pods} natives={natives} restarts={restarts} time_to_ready={to_ready:?} \
+         refused_before_ready={refused_total}"
+    );
+    drop(a);
 }
 
 /// The environment the chart gives the operator for basic auth (`basicAuth.*` values), with the

@@ -8,7 +8,7 @@ use std::{net::Ipv4Addr, sync::Arc, time::Duration};
 use crate::common::{
     cluster::Cluster,
     eureka::{Native, http},
-    operator::{Launch, Operator, instances, namespace, prepared},
+    operator::{Launch, Operator, host_ip, instances, namespace, prepared},
     process::{free_port, replica_addresses, wait_for},
     proxy::Proxy,
 };
@@ -425,19 +425,6 @@ async fn a_partitioned_replica_keeps_its_view_and_converges() {
     beats.await.unwrap();
 }
 
-/// The machine's own non-loopback IPv4 address (EndpointSlices refuse loopback addresses).
-fn host_ip() -> Ipv4Addr {
-    let socket = std::net::UdpSocket::bind("0.0.0.0:0").expect("udp socket");
-    // No packet is sent: connecting a UDP socket only picks the outgoing interface.
-    socket
-        .connect("192.0.2.1:9")
-        .or_else(|_| socket.connect("10.255.255.1:9"))
-        .expect("a route off this machine");
-    match socket.local_addr().unwrap().ip() {
-        std::net::IpAddr::V4(ip) if !ip.is_loopback() => ip,
-        other => panic!("this machine needs a non-loopback IPv4 address for EndpointSlices, found {other}"),
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_find_each_other_through_the_headless_service() {

@@ -16,12 +16,24 @@
 //!
 //! * **Presence**: a live instance (a native client whose current registration is older than
 //!   [`PROPAGATION`] and that renewed within its lease; a pod in the same state for that long) is
-//!   in every ready replica's registry with the right status, unless a fault explains its absence,
-//!   one active within the last *bound* (`EO_SOAK_BOUND_SECS`, 15 s): the replica's own process or
-//!   apiserver link was down; the link into it from a server the client's registration and
-//!   renewals went through was cut; the client's registration went to a server killed or stopped
-//!   just after. Faults of other links, of other replicas, delays and apiserver outages explain
-//!   nothing. The absence must end within the bound after the fault heals.
+//!   in every registry a replica answers with 200, ready or not (ready means complete: there is no
+//!   grace after a restart), with the right status, unless a fault on the instance's own write
+//!   path explains its absence, one active within the last *bound* (`EO_SOAK_BOUND_SECS`, 15 s):
+//!   the replica's process was frozen (SIGSTOP; a killed or restarted replica has no excuse once it
+//!   answers); a pod changed while the replica's apiserver link was cut (a pod that existed before
+//!   the cut and did not change must stay); the link into the replica from a server the client's
+//!   registration and renewals went through was cut, unless the replica led and could still pull
+//!   from that server, which anti-entropy must then do within [`ANTI_ENTROPY_GRACE`]; the client's
+//!   registration went to a server killed or stopped just after. Faults of other links, of other
+//!   replicas, delays and apiserver outages explain nothing. The absence must end within the bound
+//!   after the fault heals.
+//! * **Cancels**: an instance cancelled more than [`PROPAGATION`] ago is in no registry, unless a
+//!   fault on the cancel's path (the server it went to, or the link from it into the replica)
+//!   explains it within the bound.
+//! * **One leader**: no two replicas report leading in the same round, and no replica evicts while
+//!   another leads.
+//! * **Convergence**: after each episode heals, every ready replica holds every live instance
+//!   within the bound; every native client becomes live.
 //! * **No live instance removed**: every heartbeat 404 a client gets is judged by the same rule
 //!   (a 404 means the server lost the instance or never got it), and an absence on the very
 //!   replica a client renews on is counted apart.
@@ -85,6 +97,11 @@ const PROPAGATION: Duration = Duration::from_secs(3);
 const CHURN: f64 = 1.0 / 150.0;
 /// The checker's pause between rounds.
 const ROUND_EVERY: Duration = Duration::from_millis(500);
+/// The soak's anti-entropy interval (`--anti-entropy-interval-ms`).
+const ANTI_ENTROPY_EVERY: Duration = Duration::from_secs(2);
+/// How long an instance renewing only behind a one-way cut may be missing on a leader that can
+/// still pull it: two anti-entropy rounds and a fetch.
+const ANTI_ENTROPY_GRACE: Duration = Duration::from_secs(6);
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -595,12 +612,16 @@ struct Shared {
     leader: Mutex<Option<usize>>,
     /// Who led at each round (`None`: nobody, or more than one, or not known).
     leaders: Mutex<Vec<(Instant, Option<usize>)>>,
+    /// Each replica's `eureka_evictions_total` at the last round that read it.
+    evictions: Mutex<Vec<Option<u64>>>,
     /// Whether clients may cancel (off for the final checks).
     churn: AtomicBool,
     /// Set once the registries converged before the first fault: findings count from then on.
     judging: AtomicBool,
     /// Stale cancels from stopped servers are violations too (`EO_SOAK_STRICT=1`).
     strict: bool,
+    /// Stop injecting faults at the first violation (`EO_SOAK_FAIL_FAST=1`: tests/mutants).
+    fail_fast: bool,
     stop: AtomicBool,
 }
 
@@ -635,7 +656,15 @@ impl Shared {
             let explained = |why| Some(Explained { why, fault: f.clone() });
             let e = if !f.active_within(from, t) {
                 None
-            } else if f.procs.contains(&r) {
+            } else if f.procs.contains(&r)
+                && (f.kind == Kind::Stop
+                    || f.end.is_none()
+                    || c.live_since.is_some_and(|l| l + PROPAGATION >= f.start && l <= end))
+            {
+                // Frozen: what was written meanwhile reaches it after the thaw. Killed or
+                // restarted: excused until it is ready again, and then only for a registration
+                // written while it was down (its replication arrives with a retry); anything
+                // older it must hold once it answers (its start-up sync brings it).
                 explained(Why::OwnProcess)
             } else if f.procs.iter().any(|p| {
                 c.last_register
@@ -692,20 +721,44 @@ impl Shared {
         rounds.peek().is_some() && rounds.all(|(_, l)| *l == Some(r))
     }
 
-    /// Why replica `r` may not show a pod's current state at `t`, if a fault explains it.
-    fn excuse_pod(&self, r: usize, t: Instant) -> Option<Explained> {
+    /// Why replica `r` may not show pod `pod`'s current state at `t`, if a fault explains it:
+    /// only a pod that changed since the replica stopped seeing changes (its apiserver link cut,
+    /// or its process frozen), within the bound. A pod that existed before the fault and did not
+    /// change must stay.
+    fn excuse_pod(&self, r: usize, pod: &PodRec, t: Instant) -> Option<Explained> {
         let from = t.checked_sub(self.bound).unwrap_or(self.t0);
         let faults = self.faults.lock().unwrap();
         faults.iter().filter(|f| f.active_within(from, t)).find_map(|f| {
-            let why = if f.procs.contains(&r) {
+            // Changed since the fault began (during it, or while the watch caught up after it).
+            let changed_during = pod.changed + PROPAGATION >= f.start;
+            let why = if f.procs.contains(&r) && f.kind == Kind::Stop && changed_during {
                 Why::OwnProcess
-            } else if f.api.contains(&r) {
+            } else if f.api.contains(&r) && changed_during {
                 Why::Apiserver
             } else {
                 return None;
             };
             Some(Explained { why, fault: f.clone() })
         })
+    }
+
+    /// Why a cancelled instance may still be listed on replica `r` at `t`, if a fault on the
+    /// cancel's path explains it: the server it went to was down or frozen, or the link from it
+    /// into `r` was cut, within the bound.
+    fn excuse_leftover(&self, r: usize, c: &ClientRec, t: Instant) -> Option<FaultRec> {
+        let (server, at) = c.last_cancel?;
+        let from = t.checked_sub(self.bound).unwrap_or(self.t0).min(at);
+        let faults = self.faults.lock().unwrap();
+        faults
+            .iter()
+            .filter(|f| f.active_within(from, t))
+            .find(|f| {
+                f.procs.contains(&server)
+                    || (f.procs.contains(&r) && f.kind == Kind::Stop)
+                    || f.blocked.contains(&(server, r))
+                    || (server == JAVA && matches!(f.kind, Kind::JavaCut | Kind::JavaCutOneWay))
+            })
+            .cloned()
     }
 
     /// Judges a heartbeat 404 from `server` to client `idx` (its record as it was before).
@@ -991,7 +1044,19 @@ async fn churn_pods(shared: Arc<Shared>, client: kube::Client, mut rng: Rng, mut
 /// `(app, instanceId, status)` of every instance in a full fetch.
 type Listing = Vec<(String, String, String)>;
 
-async fn fetch_replica(http: &reqwest::Client, url: &str, admin: &str) -> (bool, Option<Listing>, Option<bool>) {
+/// What one replica showed in a round.
+struct Fetched {
+    /// `/readyz` answered 200.
+    ready: bool,
+    /// Its full registry, when a fetch was answered 200 (ready or not: ready means complete).
+    listing: Option<Listing>,
+    /// Whether it reported leading (`eureka_leader`).
+    leads: Option<bool>,
+    /// Its `eureka_evictions_total`.
+    evictions: Option<u64>,
+}
+
+async fn fetch_replica(http: &reqwest::Client, url: &str, admin: &str) -> Fetched {
     let timeout = Duration::from_secs(3);
     let ready = async {
         http.get(format!("{admin}/readyz"))
@@ -1000,21 +1065,29 @@ async fn fetch_replica(http: &reqwest::Client, url: &str, admin: &str) -> (bool,
             .await
             .is_ok_and(|r| r.status().is_success())
     };
-    let leads = async {
-        let text = http
-            .get(format!("{admin}/metrics"))
+    let metrics = async {
+        http.get(format!("{admin}/metrics"))
             .timeout(timeout)
             .send()
             .await
             .ok()?
             .text()
             .await
-            .ok()?;
-        Some(text.lines().any(|l| l == "eureka_leader 1"))
+            .ok()
     };
-    let (ready, leads, listing) = tokio::join!(ready, leads, listing(http, url));
-    // Only a ready replica's registry is judged (a fetch that raced its readiness is not).
-    (ready, listing.filter(|_| ready), leads)
+    let (ready, metrics, listing) = tokio::join!(ready, metrics, listing(http, url));
+    let sample = |name: &str| {
+        metrics
+            .as_deref()?
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<u64>().ok())
+    };
+    Fetched {
+        ready,
+        listing,
+        leads: sample("eureka_leader").map(|v| v == 1),
+        evictions: sample("eureka_evictions_total"),
+    }
 }
 
 /// A server's full registry, unless it does not answer 200.
@@ -1060,14 +1133,34 @@ async fn check_round(shared: &Shared, http: &reqwest::Client, replicas: &[(Strin
     let leaders: Vec<usize> = fetched
         .iter()
         .enumerate()
-        .filter(|(_, f)| f.2 == Some(true))
+        .filter(|(_, f)| f.leads == Some(true))
         .map(|(i, _)| i)
         .collect();
     if leaders.len() == 1 {
         *shared.leader.lock().unwrap() = Some(leaders[0]);
     }
     let alone = (leaders.len() == 1).then(|| leaders[0]);
+    let before = shared.leaders.lock().unwrap().last().and_then(|(_, l)| *l);
     shared.leaders.lock().unwrap().push((t0, alone));
+    // Evictions are the leader's: a replica that evicted while another led, in this round and the
+    // one before, is a second leader.
+    for (r, f) in fetched.iter().enumerate() {
+        let Some(now) = f.evictions else { continue };
+        let was = shared.evictions.lock().unwrap()[r].replace(now);
+        let other = match (before, alone) {
+            (Some(a), Some(b)) if a == b && a != r => Some(a),
+            _ => None,
+        };
+        if let (Some(was), Some(l)) = (was, other)
+            && now > was
+            && shared.judging.load(Ordering::Acquire)
+        {
+            shared.violation(
+                "evicted-as-follower",
+                format!("{} r{r} evicted {} lease(s) while r{l} led", shared.at(t0), now - was),
+            );
+        }
+    }
     let mut summary = RoundSummary {
         t0,
         t1,
@@ -1081,19 +1174,20 @@ async fn check_round(shared: &Shared, http: &reqwest::Client, replicas: &[(Strin
         if leaders.len() > 1 {
             f.two_leaders_rounds += 1;
             drop(f);
-            let note = format!(
-                "{} replicas {leaders:?} both reported leading; faults within the bound: {}",
-                shared.at(t0),
-                shared.recent_faults(t1)
+            shared.violation(
+                "two-leaders",
+                format!(
+                    "{} replicas {leaders:?} both reported leading; faults within the bound: {}",
+                    shared.at(t0),
+                    shared.recent_faults(t1)
+                ),
             );
-            eprintln!("SOAK TWO LEADERS {note}");
-            shared.findings.lock().unwrap().notes.push(note);
         }
     }
     let judging = shared.judging.load(Ordering::Acquire);
-    for (r, (_, listing, _)) in fetched.iter().enumerate() {
+    summary.ready = fetched.iter().filter(|f| f.ready && f.listing.is_some()).count();
+    for (r, Fetched { listing, .. }) in fetched.iter().enumerate() {
         let Some(listing) = listing else { continue };
-        summary.ready += 1;
         shared.findings.lock().unwrap().judged_fetches += 1;
         let mut seen: HashMap<&str, (&str, &str)> = HashMap::new();
         let mut dups = BTreeSet::new();
@@ -1158,6 +1252,30 @@ async fn check_round(shared: &Shared, http: &reqwest::Client, replicas: &[(Strin
                 && after.cancelled_at.is_some_and(|c| c + PROPAGATION <= t0)
                 && after.live_since.is_none();
             let key = (r, spec.id.clone());
+            if cancelled && seen.contains_key(spec.id.as_str()) && judging {
+                let new = !shared.findings.lock().unwrap().leftovers.contains_key(&key);
+                let cancel = after.last_cancel.expect("a cancelled client has sent a cancel");
+                // A cancel that got no answer (the client timed out and went on) may be acted
+                // on late, within the bound.
+                let unanswered = after
+                    .unanswered_cancels
+                    .iter()
+                    .any(|(_, u)| *u >= cancel.1 && *u + shared.bound >= t0);
+                if new && !unanswered && shared.excuse_leftover(r, after, t1).is_none() {
+                    shared.violation(
+                        "leftover",
+                        format!(
+                            "{} r{r} still lists {} ({}), cancelled on {} at {}; faults within the bound: {}",
+                            shared.at(t0),
+                            spec.id,
+                            spec.app,
+                            node(cancel.0),
+                            shared.at(cancel.1),
+                            shared.recent_faults(t1)
+                        ),
+                    );
+                }
+            }
             let mut f = shared.findings.lock().unwrap();
             if cancelled && seen.contains_key(spec.id.as_str()) {
                 if !f.leftovers.contains_key(&key) {
@@ -1188,7 +1306,7 @@ async fn check_round(shared: &Shared, http: &reqwest::Client, replicas: &[(Strin
                         shared.at(after.changed)
                     ),
                     false,
-                    shared.excuse_pod(r, t1),
+                    shared.excuse_pod(r, after, t1),
                 ));
             }
         }
@@ -1211,6 +1329,23 @@ async fn check_round(shared: &Shared, http: &reqwest::Client, replicas: &[(Strin
                 continue;
             }
             match excuse {
+                Some(x) if x.why == Why::PathCutLeaderCouldPull => {
+                    // Anti-entropy's case: it must pull the instance within the grace.
+                    if t0.saturating_duration_since(entry.since) > ANTI_ENTROPY_GRACE {
+                        entry.violation = true;
+                        let since = entry.since;
+                        drop(f);
+                        shared.violation(
+                            "anti-entropy",
+                            format!(
+                                "{} r{r}, leading and able to pull from the client's server, lacks {what} since {} ({})",
+                                shared.at(t0),
+                                shared.at(since),
+                                x.fault.what
+                            ),
+                        );
+                    }
+                }
                 Some(x) if x.why == Why::StaleCancel => {
                     if !entry.excused {
                         entry.excused = true;
@@ -1406,8 +1541,15 @@ fn draw_episode(rng: &mut Rng, leader: Option<usize>, only: &[String]) -> Vec<Pl
     if rng.chance(0.3) {
         for _ in 0..10 {
             let second = Kind::ALL[rng.weighted(&weights)].0;
-            if !(first.process() && second.process()) {
-                out.push(draw(rng, second, leader));
+            if first.process() && second.process() {
+                continue;
+            }
+            // A replica restarted while its apiserver is cut cannot list its watches, so cannot
+            // be ready until the cut heals: README says so; the episode would only wait on it.
+            let p = draw(rng, second, leader);
+            let clash = |a: &Planned, b: &Planned| a.procs.iter().any(|r| b.api.contains(r));
+            if !(clash(&out[0], &p) || clash(&p, &out[0])) {
+                out.push(p);
                 break;
             }
         }
@@ -1504,9 +1646,11 @@ async fn every_live_instance_survives_random_faults() {
         findings: Mutex::new(Findings::default()),
         leader: Mutex::new(None),
         leaders: Mutex::new(Vec::new()),
+        evictions: Mutex::new(vec![None; REPLICAS]),
         churn: AtomicBool::new(true),
         judging: AtomicBool::new(false),
         strict,
+        fail_fast: std::env::var("EO_SOAK_FAIL_FAST").is_ok_and(|v| v == "1"),
         stop: AtomicBool::new(false),
     });
     futures::stream::iter(0..pods)
@@ -1522,7 +1666,7 @@ async fn every_live_instance_survives_random_faults() {
         "--replication-max-batching-delay-ms",
         "50",
         "--anti-entropy-interval-ms",
-        "2000",
+        &ANTI_ENTROPY_EVERY.as_millis().to_string(),
         "--eviction-interval-timer-in-ms",
         "1000",
         "--java-peer-heartbeat-interval-ms",
@@ -1608,7 +1752,8 @@ async fn every_live_instance_survives_random_faults() {
     let faults_from = Instant::now();
     let mut episodes = 0;
     let mut slow = 0;
-    while faults_from.elapsed() < duration {
+    let failed = || shared.fail_fast && !shared.findings.lock().unwrap().violations.is_empty();
+    while faults_from.elapsed() < duration && !failed() {
         let leader = *shared.leader.lock().unwrap();
         let planned = draw_episode(&mut rng, leader, &only);
         run_episode(&mut mesh, &shared, &planned).await;
@@ -1621,6 +1766,16 @@ async fn every_live_instance_survives_random_faults() {
                 eprintln!("SOAK {} converged {:.1}s after the heal", shared.at(at), secs(took));
                 if took > bound {
                     slow += 1;
+                    shared.violation(
+                        "slow-convergence",
+                        format!(
+                            "{} episode {episodes} ({}): converged {:.1}s after the heal (bound {}s)",
+                            shared.at(at),
+                            planned.iter().map(|p| p.what.clone()).collect::<Vec<_>>().join(" + "),
+                            secs(took),
+                            bound.as_secs()
+                        ),
+                    );
                 }
                 shared.findings.lock().unwrap().convergence.push((kinds, took));
             }
@@ -1673,6 +1828,16 @@ async fn every_live_instance_survives_random_faults() {
     checker.await.expect("the checker failed");
     for t in client_tasks {
         t.await.expect("a client task failed");
+    }
+
+    // Every native client became live at least once.
+    for c in &shared.clients {
+        if c.rec.lock().unwrap().registrations == 0 {
+            shared.violation(
+                "never-live",
+                format!("client {} ({}) never registered", c.spec.id, c.spec.app),
+            );
+        }
     }
 
     // The Java server's view at the end (not judged: it is the peer, not a replica).

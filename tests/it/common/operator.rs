@@ -424,3 +424,40 @@ pub async fn wait_condition(cluster: &Cluster, ns: &str, name: &str, type_: &str
     }
     panic!("{ns}/{name}: condition {type_} never became {status}; status: {last}");
 }
+
+// === replicas found through EndpointSlices ===
+
+/// The machine's own non-loopback IPv4 address: the apiserver refuses loopback addresses in
+/// EndpointSlices, so replicas a test lists in one listen on this address.
+pub fn host_ip() -> Ipv4Addr {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").expect("udp socket");
+    // No packet is sent: connecting a UDP socket only picks the outgoing interface.
+    socket
+        .connect("192.0.2.1:9")
+        .or_else(|_| socket.connect("10.255.255.1:9"))
+        .expect("a route off this machine");
+    match socket.local_addr().unwrap().ip() {
+        std::net::IpAddr::V4(ip) if !ip.is_loopback() => ip,
+        other => panic!("this machine needs a non-loopback IPv4 address for EndpointSlices, found {other}"),
+    }
+}
+
+/// Applies the EndpointSlice `{service}-{replica}` (in the operator's namespace) with one
+/// endpoint: replica `replica` (its pod name, which is also its `--replica-id`) at `ip:port`, as
+/// the EndpointSlice controller writes it for the chart's headless Service (which publishes
+/// not-ready addresses): `ready` always true, `serving` the pod's readiness. One slice per replica,
+/// since a slice has one port list and test replicas listen on ports of their own.
+pub fn replica_slice(cluster: &Cluster, service: &str, replica: &str, ip: Ipv4Addr, port: u16, serving: bool) {
+    let slice = json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": format!("{service}-{replica}"), "namespace": OPERATOR_NAMESPACE,
+                     "labels": {"kubernetes.io/service-name": service}},
+        "addressType": "IPv4",
+        "ports": [{"name": "eureka", "port": port, "protocol": "TCP"}],
+        "endpoints": [{"addresses": [ip.to_string()],
+                       "conditions": {"ready": true, "serving": serving, "terminating": false},
+                       "targetRef": {"kind": "Pod", "name": replica, "namespace": OPERATOR_NAMESPACE}}]
+    });
+    let (ok, out) = kubectl_apply(cluster, &slice.to_string());
+    assert!(ok, "applying the EndpointSlice of {replica}: {out}");
+}
