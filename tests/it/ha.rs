@@ -425,7 +425,6 @@ async fn a_partitioned_replica_keeps_its_view_and_converges() {
     beats.await.unwrap();
 }
 
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_find_each_other_through_the_headless_service() {
     let Some(cluster) = prepared() else { return };
