@@ -326,9 +326,9 @@ pub async fn start(
     listeners: Listeners,
     api: Api,
     access: Option<auth::Access>,
-    supervisor: &mut crate::runtime::supervisor::Supervisor,
+    supervisor: &mut crate::supervisor::Supervisor,
 ) -> Result<(), Error> {
-    use crate::runtime::supervisor::Expect;
+    use crate::supervisor::Expect;
     let (eureka, admin) = (listeners.eureka.listener, listeners.admin.listener);
     let (eureka_addr, admin_addr) = (listeners.eureka.addr, listeners.admin.addr);
     let tls = listeners.tls;

@@ -6,6 +6,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{Args as ClapArgs, Parser, ValueEnum};
 
+pub mod identity;
 pub mod limits;
 pub mod serving;
 
@@ -466,12 +467,7 @@ impl PeerArgs {
 
 impl KubernetesArgs {
     /// The cluster subsystem's settings, for an operator running in `namespace`.
-    pub fn cluster_settings(
-        &self,
-        namespace: &str,
-        peers: &PeerArgs,
-        me: &crate::runtime::Identity,
-    ) -> crate::k8s::Settings {
+    pub fn cluster_settings(&self, namespace: &str, peers: &PeerArgs, me: &identity::Identity) -> crate::k8s::Settings {
         let peer_service = peers.peer_service.as_ref().map(|s| match s.split_once('/') {
             Some((ns, name)) => (ns.to_string(), name.to_string()),
             None => (namespace.to_string(), s.clone()),

@@ -24,8 +24,8 @@ use tokio::sync::{Notify, watch as channel};
 
 use crate::{
     health::{Condition, Health},
-    runtime::supervisor::{Expect, Shutdown, Supervisor},
     state::AppState,
+    supervisor::{Expect, Shutdown, Supervisor},
 };
 
 /// Settings of the cluster subsystem (validated by `config`).
@@ -55,7 +55,7 @@ pub struct Cluster {
     pub cluster_id: channel::Receiver<Option<String>>,
     /// The replicas found through the headless Service (`None` until the first list; always
     /// `Some(empty)` without `--peer-service`).
-    pub discovered: channel::Receiver<Option<Vec<peers::ReplicaEndpoint>>>,
+    pub discovered: channel::Receiver<Option<Vec<crate::replication::peers::ReplicaEndpoint>>>,
 }
 
 /// Failures of the cluster subsystem.
@@ -247,7 +247,7 @@ fn start_replica_discovery(
     watch_errors: Counter,
     health: Arc<Health>,
     supervisor: &mut Supervisor,
-) -> channel::Receiver<Option<Vec<peers::ReplicaEndpoint>>> {
+) -> channel::Receiver<Option<Vec<crate::replication::peers::ReplicaEndpoint>>> {
     let (found_tx, found_rx) = channel::channel(Some(Vec::new()));
     if let Some(service) = settings.peer_service {
         found_tx.send_replace(None);

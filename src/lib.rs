@@ -20,6 +20,7 @@ pub mod registry;
 pub mod replication;
 pub mod runtime;
 pub mod state;
+pub mod supervisor;
 pub mod timers;
 pub mod tls;
 
@@ -36,6 +37,114 @@ mod readme {
                 out.push(p);
             }
         }
+    }
+
+    /// The layers, bottom up: a module may use its own layer and those below, never one above.
+    /// README's module map shows the same table.
+    pub(crate) const LAYERS: &[(&str, u8)] = &[
+        ("registry", 1),
+        ("mutants", 1),
+        ("codec", 2),
+        ("health", 3),
+        ("tls", 3),
+        ("supervisor", 3),
+        ("state", 4),
+        ("cache", 4),
+        ("metrics", 4),
+        ("replication", 5),
+        ("timers", 5),
+        ("api", 6),
+        ("k8s", 7),
+        ("config", 8),
+        ("runtime", 9),
+    ];
+
+    /// The top-level modules a source file uses through `crate::` paths (a `use crate::{a, b}`
+    /// group counts each), comment lines skipped.
+    fn crate_uses(text: &str) -> Vec<String> {
+        let code: String = text
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let mut out = Vec::new();
+        let mut rest = code.as_str();
+        while let Some(i) = rest.find("crate::") {
+            rest = &rest[i + "crate::".len()..];
+            if let Some(group) = rest.strip_prefix('{') {
+                // The top-level items of the group, up to its closing brace.
+                let (mut depth, mut item) = (0, String::new());
+                for c in group.chars() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' if depth == 0 => break,
+                        '}' => depth -= 1,
+                        ',' if depth == 0 => {
+                            out.push(std::mem::take(&mut item));
+                            continue;
+                        }
+                        _ => {}
+                    }
+                    if depth == 0 {
+                        item.push(c);
+                    }
+                }
+                out.push(item);
+            } else {
+                out.push(rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect());
+            }
+        }
+        out.iter()
+            .map(|i| i.trim().split("::").next().unwrap_or("").trim().to_string())
+            .filter(|i| !i.is_empty() && i != "self")
+            .collect()
+    }
+
+    fn layer(module: &str) -> Option<u8> {
+        LAYERS.iter().find(|(m, _)| *m == module).map(|(_, l)| *l)
+    }
+
+    /// No module uses one on a higher layer (see [`LAYERS`]).
+    #[test]
+    fn no_module_uses_one_above_it() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut files = Vec::new();
+        modules(&root.join("src"), &mut files);
+        let mut upward = Vec::new();
+        for file in files {
+            let rel = file
+                .strip_prefix(root.join("src"))
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            let top = rel.trim_end_matches(".rs").split('/').next().unwrap_or("").to_string();
+            let Some(own) = layer(&top) else {
+                // The crate root, the binaries: above every layer.
+                assert!(
+                    matches!(top.as_str(), "lib" | "main" | "bin"),
+                    "{rel}: module `{top}` has no layer in LAYERS (and README's module map)"
+                );
+                continue;
+            };
+            let text = std::fs::read_to_string(&file).unwrap();
+            for used in crate_uses(&text) {
+                let Some(theirs) = layer(&used) else {
+                    panic!("{rel} uses crate::{used}, which has no layer in LAYERS");
+                };
+                if theirs > own {
+                    upward.push(format!("{rel} (layer {own}) uses crate::{used} (layer {theirs})"));
+                }
+            }
+        }
+        upward.sort();
+        upward.dedup();
+        assert!(upward.is_empty(), "imports up the layers:\n{}", upward.join("\n"));
+    }
+
+    #[test]
+    fn crate_uses_reads_groups_and_paths() {
+        let text = "use crate::{\n    api::{self, Api},\n    registry::Registry,\n};\n// crate::k8s in a comment\nlet x = crate::health::Health::new();\n";
+        assert_eq!(crate_uses(text), vec!["api", "registry", "health"]);
     }
 
     /// README's module map names every module of `src/` (test-only files aside), so it cannot
@@ -58,6 +167,19 @@ mod readme {
                 continue;
             }
             assert!(map.contains(&format!("`{rel}`")), "README's module map lacks `{rel}`");
+        }
+        // Its layer column is LAYERS: a row whose first cell starts with a number begins a layer.
+        let mut current = 0u8;
+        for row in map.lines().filter(|l| l.starts_with("| ")) {
+            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+            if let Some(n) = cells[1].split_whitespace().next().and_then(|n| n.parse().ok()) {
+                current = n;
+            }
+            for (module, layer) in LAYERS {
+                if cells[2].contains(&format!("`src/{module}.rs`")) {
+                    assert_eq!(current, *layer, "README's module map puts `src/{module}.rs` on another layer");
+                }
+            }
         }
     }
 }

@@ -47,18 +47,18 @@ use tracing::Instrument;
 
 use batcher::{Backoff, Batcher, Failure, Limits, Taken};
 use client::{PeerClient, PeerUrl};
+use peers::ReplicaEndpoint;
 use sync::Retries;
 
 use crate::{
     health::{Condition, Health},
-    k8s::peers::ReplicaEndpoint,
     registry::{
         Action, Command, PeerKind, Replication, Writer,
         instance::InstanceInfo,
         view::{InstanceView, Origin},
     },
-    runtime::supervisor::{Expect, Shutdown, Supervisor},
     state::{AppState, OutcomeListener},
+    supervisor::{Expect, Shutdown, Supervisor},
 };
 
 /// What the replication subsystem needs from the rest of the process.
@@ -700,7 +700,7 @@ impl Replicator {
 
 /// Whether `info` carries this cluster's ownership metadata.
 pub fn owned_by(info: &InstanceInfo, cluster_id: &str) -> bool {
-    use crate::k8s::plan::keys;
+    use crate::registry::instance::keys;
     info.metadata.get(keys::OWNER) == Some(keys::OWNER_VALUE) && info.metadata.get(keys::CLUSTER) == Some(cluster_id)
 }
 

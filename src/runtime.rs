@@ -5,16 +5,15 @@
 //! with a non-zero exit (Kubernetes restarts it); SIGTERM drains every task within the grace
 //! period: the Lease is released, in-flight requests finish, replication queues are flushed.
 
-pub mod supervisor;
-
 use std::{sync::Arc, time::Duration};
 
 use anyhow::Context;
 use tokio::sync::watch;
 
+use crate::supervisor::{self, Expect, Supervisor};
 use crate::{
     api::{self, Api},
-    config::{Args, KubernetesArgs, KubernetesMode},
+    config::{Args, KubernetesArgs, KubernetesMode, identity::Identity},
     health::Health,
     k8s,
     metrics::{Metrics, RegistryCollector},
@@ -24,7 +23,6 @@ use crate::{
     timers,
     tls::{self, ServerTls},
 };
-use supervisor::{Expect, Supervisor};
 
 /// Resolves when the process is asked to stop (SIGTERM or Ctrl-C).
 pub async fn shutdown_signal() {
@@ -66,47 +64,6 @@ async fn stop_requested(delay: Duration, health: Arc<Health>) {
 }
 
 const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
-
-/// Who this replica is, read once from the flags and the pod's environment.
-#[derive(Clone, Debug)]
-pub struct Identity {
-    /// `--replica-id`, else the pod name, else the host name.
-    pub replica: String,
-    /// The host peers reach the Eureka listener at.
-    pub host: String,
-    /// `POD_IP` (the downward API), if set.
-    pub pod_ip: Option<String>,
-    /// `POD_NAME`, if set.
-    pub pod_name: Option<String>,
-}
-
-impl Identity {
-    pub fn read(flag: Option<&str>, bind: std::net::SocketAddr) -> Identity {
-        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-        let hostname = std::fs::read_to_string("/etc/hostname")
-            .ok()
-            .map(|h| h.trim().to_string())
-            .filter(|h| !h.is_empty());
-        let pod_name = env("POD_NAME");
-        let pod_ip = env("POD_IP");
-        let replica = flag
-            .map(str::to_string)
-            .or_else(|| pod_name.clone())
-            .or_else(|| hostname.clone())
-            .unwrap_or_else(|| format!("eureka-operator-{}", std::process::id()));
-        let host = if bind.ip().is_unspecified() {
-            pod_ip.clone().or(hostname).unwrap_or_else(|| "localhost".into())
-        } else {
-            bind.ip().to_string()
-        };
-        Identity {
-            replica,
-            host,
-            pod_ip,
-            pod_name,
-        }
-    }
-}
 
 /// The cluster configuration, or `None` to run standalone.
 async fn cluster_config(args: &KubernetesArgs) -> anyhow::Result<Option<kube::Config>> {
@@ -321,7 +278,7 @@ struct Cluster {
     /// Standalone, leadership never changes: the sender lives as long as `run`.
     _standalone_leader: Option<watch::Sender<bool>>,
     /// Replicas found through the headless Service.
-    discovered: watch::Receiver<Option<Vec<k8s::peers::ReplicaEndpoint>>>,
+    discovered: watch::Receiver<Option<Vec<replication::peers::ReplicaEndpoint>>>,
     /// The cluster's id (the kube-system namespace's UID).
     cluster_id: watch::Receiver<Option<String>>,
 }

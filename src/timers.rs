@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::{sync::watch, time::MissedTickBehavior};
 
-use crate::{runtime::supervisor::Shutdown, state::AppState};
+use crate::{state::AppState, supervisor::Shutdown};
 
 /// The timer periods (validated positive by `config`).
 #[derive(Clone, Debug)]

@@ -20,9 +20,8 @@ use crate::{
     registry::{Action, Command, Reply, Writer, instance::Status},
 };
 
-/// Sent by this operator's replicas on every replication request, with the sender's replica id.
-/// Batches without it come from other Eureka servers (Java peers).
-pub const REPLICA_HEADER: HeaderName = HeaderName::from_static("x-eureka-operator-replica");
+/// [`batch::REPLICA_HEADER`], as a header name.
+pub const REPLICA_HEADER: HeaderName = HeaderName::from_static(batch::REPLICA_HEADER);
 
 /// Java's marker on single-operation replication calls (`"true"` exactly).
 pub const JAVA_REPLICATION_HEADER: HeaderName = HeaderName::from_static("x-netflix-discovery-replication");

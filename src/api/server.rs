@@ -41,6 +41,7 @@ use std::{
         Arc,
         atomic::{AtomicBool, Ordering},
     },
+    time::Duration,
 };
 
 use axum::{
@@ -69,7 +70,40 @@ use tokio::{
 use tower::{BoxError, ServiceBuilder, limit::GlobalConcurrencyLimitLayer};
 use tower_http::timeout::{RequestBodyDeadlineLayer, TimeoutLayer};
 
-pub use crate::config::serving::HttpSettings;
+/// hyper's smallest read buffer (it panics below).
+pub const MIN_HEADER_BYTES: usize = 8_192;
+
+/// What the serving code needs: every timeout and limit of one listener.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpSettings {
+    pub header_read_timeout: Duration,
+    pub request_timeout: Duration,
+    pub body_read_timeout: Duration,
+    pub max_connections: usize,
+    pub max_in_flight_requests: usize,
+    /// Largest request head; hyper's read buffer, so at least 8192.
+    pub max_header_bytes: usize,
+    pub max_headers: usize,
+    pub retry_after_seconds: u32,
+    pub shutdown_grace: Duration,
+}
+
+impl Default for HttpSettings {
+    /// The flags' defaults.
+    fn default() -> HttpSettings {
+        HttpSettings {
+            header_read_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(30),
+            body_read_timeout: Duration::from_secs(10),
+            max_connections: 8_192,
+            max_in_flight_requests: 512,
+            max_header_bytes: 65_536,
+            max_headers: 100,
+            retry_after_seconds: 1,
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -377,11 +411,7 @@ impl Conn {
             } else {
                 self.settings.header_read_timeout
             })
-            .max_buf_size(
-                self.settings
-                    .max_header_bytes
-                    .max(crate::config::serving::MIN_HEADER_BYTES),
-            )
+            .max_buf_size(self.settings.max_header_bytes.max(MIN_HEADER_BYTES))
             .keep_alive(true);
         // hyper keeps up to 100 headers on the stack; another limit moves them to the heap.
         if self.settings.max_headers != 100 {

@@ -17,6 +17,10 @@ use crate::registry::{
     view::InstanceView,
 };
 
+/// The header this operator's replicas send on every replication request, with the sender's
+/// replica id; batches without it come from other Eureka servers (Java peers).
+pub const REPLICA_HEADER: &str = "x-eureka-operator-replica";
+
 /// One received `ReplicationInstance`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ReplicationItem {

@@ -79,52 +79,17 @@ pub struct ServingArgs {
     pub peer_tls_server_name: Option<String>,
 }
 
-/// hyper's smallest read buffer (it panics below).
-pub const MIN_HEADER_BYTES: usize = 8_192;
-
-/// What the serving code needs: every timeout and limit of one listener.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HttpSettings {
-    pub header_read_timeout: Duration,
-    pub request_timeout: Duration,
-    pub body_read_timeout: Duration,
-    pub max_connections: usize,
-    pub max_in_flight_requests: usize,
-    /// Largest request head; hyper's read buffer, so at least 8192.
-    pub max_header_bytes: usize,
-    pub max_headers: usize,
-    pub retry_after_seconds: u32,
-    pub shutdown_grace: Duration,
-}
-
-impl Default for HttpSettings {
-    /// The flags' defaults.
-    fn default() -> HttpSettings {
-        HttpSettings {
-            header_read_timeout: Duration::from_secs(10),
-            request_timeout: Duration::from_secs(30),
-            body_read_timeout: Duration::from_secs(10),
-            max_connections: 8_192,
-            max_in_flight_requests: 512,
-            max_header_bytes: 65_536,
-            max_headers: 100,
-            retry_after_seconds: 1,
-            shutdown_grace: Duration::from_secs(10),
-        }
-    }
-}
-
 impl ServingArgs {
     /// The timeouts and limits, each at least 1 (ms or unit): a zero would refuse everything.
-    pub fn http(&self) -> HttpSettings {
+    pub fn http(&self) -> crate::api::server::HttpSettings {
         let ms = |v: u64| Duration::from_millis(v.max(1));
-        HttpSettings {
+        crate::api::server::HttpSettings {
             header_read_timeout: ms(self.http_header_read_timeout_ms),
             request_timeout: ms(self.http_request_timeout_ms),
             body_read_timeout: ms(self.http_body_read_timeout_ms),
             max_connections: self.http_max_connections.max(1),
             max_in_flight_requests: self.http_max_in_flight_requests.max(1),
-            max_header_bytes: self.http_max_header_bytes.max(MIN_HEADER_BYTES),
+            max_header_bytes: self.http_max_header_bytes.max(crate::api::server::MIN_HEADER_BYTES),
             max_headers: self.http_max_headers.max(1),
             retry_after_seconds: self.http_retry_after_seconds,
             shutdown_grace: Duration::from_millis(self.http_shutdown_grace_ms),
@@ -165,7 +130,7 @@ mod tests {
     #[test]
     fn defaults_match_the_settings_default() {
         let args = Args::parse_from(["eureka-operator"]);
-        assert_eq!(args.serving.http(), HttpSettings::default());
+        assert_eq!(args.serving.http(), crate::api::server::HttpSettings::default());
         assert!(args.serving.server_tls().is_none());
         assert!(args.serving.peer_tls().is_none());
         let args = Args::parse_from(["eureka-operator", "--peer-tls-system-roots", "false"]);
@@ -188,7 +153,7 @@ mod tests {
         ]);
         let s = args.serving.http();
         assert_eq!((s.max_connections, s.max_in_flight_requests), (1, 1));
-        assert_eq!(s.max_header_bytes, MIN_HEADER_BYTES);
+        assert_eq!(s.max_header_bytes, crate::api::server::MIN_HEADER_BYTES);
         assert_eq!(s.header_read_timeout, Duration::from_millis(1));
     }
 

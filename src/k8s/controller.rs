@@ -67,8 +67,8 @@ use crate::{
         view::{InstanceView, Origin},
     },
     replication::{Peer, client::PeerClient},
-    runtime::supervisor::Shutdown,
     state::{AppState, OutcomeListener},
+    supervisor::Shutdown,
 };
 
 /// The node label that gives instances their `zone`.

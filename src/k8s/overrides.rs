@@ -22,8 +22,8 @@ use tokio::sync::{Notify, watch};
 use super::crd::STATUS_OVERRIDE_ANNOTATION;
 use crate::{
     registry::{Outcome, PodOverride},
-    runtime::supervisor::Shutdown,
     state::{AppState, OutcomeListener},
+    supervisor::Shutdown,
 };
 
 /// Wakes the persister when a write records a REST override on a pod instance.

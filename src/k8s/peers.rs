@@ -18,14 +18,7 @@ use prometheus_client::metrics::counter::Counter;
 use tokio::sync::watch;
 
 use super::watch::{Backoff, Follower, follow};
-use crate::{health::Health, runtime::supervisor::Shutdown};
-
-/// A replica's Eureka URL and whether it is ready (a source for the start-up sync).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct ReplicaEndpoint {
-    pub url: String,
-    pub ready: bool,
-}
+use crate::{health::Health, replication::peers::ReplicaEndpoint, supervisor::Shutdown};
 
 /// Who we are, so we are never our own peer.
 #[derive(Clone, Debug, Default)]

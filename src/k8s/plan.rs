@@ -13,21 +13,11 @@ use super::{
     },
     pods::{Labels, PodInfo},
 };
+use crate::registry::instance::keys;
 use crate::registry::{
     Claim, ClaimKey, ClaimState, PodOverrides, PodOwner,
     instance::{InstanceInfo, LeaseTerms, PortInfo, Status},
 };
-
-/// Metadata keys every pod instance carries, naming its owner.
-pub mod keys {
-    pub const CLUSTER: &str = "k8s.cluster";
-    pub const NAMESPACE: &str = "k8s.namespace";
-    pub const EUREKA_APP: &str = "k8s.eurekaApp";
-    pub const POD: &str = "k8s.pod";
-    pub const OWNER: &str = "k8s.owner";
-    /// The value of [`OWNER`].
-    pub const OWNER_VALUE: &str = "eureka-operator";
-}
 
 /// The default instance id: unique per pod (name and namespace) and port.
 pub const DEFAULT_INSTANCE_ID: &str = "{pod.name}.{pod.namespace}:{appName}:{port}";

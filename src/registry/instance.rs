@@ -556,6 +556,17 @@ impl InstanceInfo {
     }
 }
 
+/// Metadata keys every pod instance carries, naming its owner.
+pub mod keys {
+    pub const CLUSTER: &str = "k8s.cluster";
+    pub const NAMESPACE: &str = "k8s.namespace";
+    pub const EUREKA_APP: &str = "k8s.eurekaApp";
+    pub const POD: &str = "k8s.pod";
+    pub const OWNER: &str = "k8s.owner";
+    /// The value of [`OWNER`].
+    pub const OWNER_VALUE: &str = "eureka-operator";
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,7 +22,7 @@ use crate::health::INCOMPLETE_HEADER;
 use crate::registry::{Replication, instance::InstanceInfo};
 
 /// Marks our replication requests, with the sender's replica id.
-pub use crate::api::peer::REPLICA_HEADER;
+use crate::codec::batch::REPLICA_HEADER;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -9,8 +9,15 @@ use std::net::SocketAddr;
 use tokio::sync::watch;
 
 use super::{Peer, client::PeerUrl};
-use crate::runtime::supervisor::Shutdown;
-use crate::{k8s::peers::ReplicaEndpoint, registry::PeerKind};
+use crate::registry::PeerKind;
+use crate::supervisor::Shutdown;
+
+/// A replica's Eureka URL and whether it is ready (a source for the start-up sync).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ReplicaEndpoint {
+    pub url: String,
+    pub ready: bool,
+}
 
 /// Errors of the peer configuration.
 #[derive(Debug, thiserror::Error)]

@@ -41,7 +41,7 @@ use crate::{
         instance::{InstanceInfo, Status},
         view::{InstanceView, Origin},
     },
-    runtime::supervisor::Shutdown,
+    supervisor::Shutdown,
 };
 
 /// Slack added to a lease's duration before an instance counts as dead: payloads of full fetches
