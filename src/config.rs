@@ -153,6 +153,12 @@ pub struct ServerArgs {
     )]
     pub retention_time_in_ms_in_delta_queue: i64,
 
+    /// How long a cancel is remembered: a replicated registration of the cancelled copy (a
+    /// renewal that waited behind a slow link, answered 404, then its Register; a peer's stale
+    /// registry) is refused meanwhile, so replication cannot undo a cancel.
+    #[arg(long, env = "EUREKA_CANCEL_MEMORY_MS", default_value_t = 180_000, value_parser = clap::value_parser!(i64).range(0..))]
+    pub cancel_memory_ms: i64,
+
     /// How often old changes are pruned from the delta.
     #[arg(
         long,
@@ -385,6 +391,7 @@ impl ServerArgs {
             default_open_for_traffic_count: self.default_open_for_traffic_count,
             eviction_interval_timer_in_ms: self.eviction_interval_timer_in_ms as i64,
             retention_time_in_ms_in_delta_queue: self.retention_time_in_ms_in_delta_queue,
+            cancel_memory_ms: self.cancel_memory_ms,
             sync_when_timestamp_differs: self.sync_when_timestamp_differs,
             lease_expiry: match self.lease_expiry {
                 LeaseExpiryArg::Exact => ExpiryMode::Exact,

@@ -177,7 +177,10 @@ mod readme {
             }
             for (module, layer) in LAYERS {
                 if cells[2].contains(&format!("`src/{module}.rs`")) {
-                    assert_eq!(current, *layer, "README's module map puts `src/{module}.rs` on another layer");
+                    assert_eq!(
+                        current, *layer,
+                        "README's module map puts `src/{module}.rs` on another layer"
+                    );
                 }
             }
         }

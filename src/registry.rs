@@ -61,6 +61,9 @@ pub struct RegistryConfig {
     pub override_expiry_ms: i64,
     /// Entries kept for the dashboard's "last registered / cancelled" lists.
     pub recent_queue_len: usize,
+    /// How long a cancel is remembered, so that replication cannot undo it (see
+    /// [`Registry::refuse_cancelled`]).
+    pub cancel_memory_ms: i64,
     /// Caps on what clients and peers may store (pods are never refused).
     pub limits: Limits,
 }
@@ -77,6 +80,7 @@ impl Default for RegistryConfig {
             lease_expiry: ExpiryMode::Exact,
             override_expiry_ms: 3_600_000,
             recent_queue_len: 1000,
+            cancel_memory_ms: 180_000,
             limits: Limits::default(),
         }
     }
@@ -545,6 +549,8 @@ pub struct Registry {
     text_bytes: usize,
     /// The instances each EurekaApp holds (pod and adopted), kept in step by the writes here.
     owners: owners::Owners,
+    /// Recent cancels: `(app, id)` → (the cancelled copy's `lastDirtyTimestamp`, when).
+    cancelled: HashMap<(String, String), (i64, i64)>,
 }
 
 impl Registry {
@@ -571,6 +577,7 @@ impl Registry {
             claims: adoption::Claims::default(),
             text_bytes: 0,
             owners: owners::Owners::default(),
+            cancelled: HashMap::new(),
         }
     }
 
@@ -657,6 +664,9 @@ impl Registry {
         let app = incoming.app.clone();
         let id = incoming.id().to_string();
         let replication = writer.is_replication();
+        if replication && let Some(reply) = self.refuse_cancelled(&incoming, now) {
+            return Outcome::reply(reply);
+        }
         let existing = self.apps.get(&*app).and_then(|a| a.get(&*id)).cloned();
         let (adopter, superseded) = match self.admit_registration(&incoming, existing.as_ref(), now) {
             Ok(admitted) => admitted,
@@ -973,7 +983,18 @@ impl Registry {
                 "instance {id} of {app} is managed by {owner}; it goes when its pod goes"
             )));
         }
-        self.cancelled(app, id, writer, now)
+        let dirty = self
+            .apps
+            .get(app)
+            .and_then(|a| a.get(id))
+            .map(|e| e.info.last_dirty_timestamp);
+        let outcome = self.cancelled(app, id, writer, now);
+        // A cancel, not an eviction: an evicted instance that still renews somewhere must be
+        // able to come back through replication.
+        if let (Reply::Ok, Some(dirty)) = (&outcome.reply, dirty) {
+            self.remember_cancel(app, id, dirty, now);
+        }
+        outcome
     }
 
     fn cancel_copy(&mut self, app: &str, id: &str, writer: Writer, cancelled_dirty: i64, now: i64) -> Outcome {
@@ -986,6 +1007,37 @@ impl Registry {
             )));
         }
         self.cancel(app, id, writer, now)
+    }
+
+    /// A replicated registration of a copy this replica saw cancelled (or an older one), within
+    /// `cancel_memory_ms`: refused, so that replication cannot undo a cancel. Such a copy arrives
+    /// when a renewal queued behind a slow or cut link reaches a replica after the cancel (answered
+    /// 404, its sender then sends the Register, as Eureka's protocol does), or from a peer's stale
+    /// registry (the start-up sync, anti-entropy). A registration with a newer
+    /// `lastDirtyTimestamp` is the client registering again, and is taken; so is a client's own.
+    fn refuse_cancelled(&mut self, incoming: &InstanceInfo, now: i64) -> Option<Reply> {
+        let key = (incoming.app.to_string(), incoming.id().to_string());
+        let (dirty, at) = *self.cancelled.get(&key)?;
+        if at + self.config.cancel_memory_ms <= now {
+            self.cancelled.remove(&key);
+            return None;
+        }
+        (incoming.last_dirty_timestamp <= dirty).then(|| {
+            Reply::Refused(format!(
+                "instance {} of {} was cancelled after this copy was written; not registered again",
+                key.1, key.0
+            ))
+        })
+    }
+
+    /// Remembers a cancel (see [`Registry::refuse_cancelled`]), forgetting those older than
+    /// `cancel_memory_ms` now and then, so the memory holds at most the cancels of that window.
+    fn remember_cancel(&mut self, app: &str, id: &str, dirty: i64, now: i64) {
+        if self.cancelled.len() >= 64 && self.cancelled.len().is_power_of_two() {
+            let keep = self.config.cancel_memory_ms;
+            self.cancelled.retain(|_, (_, at)| *at + keep > now);
+        }
+        self.cancelled.insert((app.to_string(), id.to_string()), (dirty, now));
     }
 
     /// Removes a native or replicated instance as cancelled (Java forgets its override whether or

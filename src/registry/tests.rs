@@ -1032,3 +1032,95 @@ fn a_cancel_held_behind_a_partition_spares_a_newer_registration() {
     assert_eq!(b.apply(cancel(Writer::REPLICA), T0 + 11_000).reply, Reply::Ok);
     assert!(b.instance("ORDERS", "o-1", T0 + 11_000).is_none());
 }
+
+#[test]
+fn replication_cannot_undo_a_cancel() {
+    let mut r = registry();
+    let mut copy = inst("orders", "o-1");
+    copy.last_dirty_timestamp = T0 + 1;
+    register(&mut r, copy.clone(), T0 + 1);
+    let cancel = Command::Cancel {
+        app: "ORDERS".into(),
+        id: "o-1".into(),
+        writer: Writer::Client,
+    };
+    assert_eq!(r.apply(cancel, T0 + 1_000).reply, Reply::Ok);
+    let replicated = |info: InstanceInfo| Command::Register {
+        info,
+        writer: Writer::REPLICA,
+    };
+    // A renewal queued behind a cut link arrives after the cancel: 404, then its sender's
+    // Register of the copy that was cancelled; or a peer's stale registry brings it back.
+    assert_eq!(
+        r.apply(
+            Command::Renew {
+                app: "ORDERS".into(),
+                id: "o-1".into(),
+                writer: Writer::REPLICA,
+                overridden_status: None,
+                last_dirty_timestamp: Some(T0 + 1),
+            },
+            T0 + 5_000
+        )
+        .reply,
+        Reply::NotFound
+    );
+    for command in [replicated(copy.clone()), Command::RegisterCopy { info: copy.clone() }] {
+        assert!(matches!(r.apply(command, T0 + 5_000).reply, Reply::Refused(_)));
+        assert!(!r.contains("ORDERS", "o-1"), "the cancel stands");
+    }
+    // The client registering again (a newer copy, or its own word) is taken.
+    let mut again = copy.clone();
+    again.last_dirty_timestamp = T0 + 6_000;
+    assert_eq!(r.apply(replicated(again), T0 + 6_000).reply, Reply::Registered);
+    let mut r = registry();
+    register(&mut r, copy.clone(), T0 + 1);
+    r.apply(
+        Command::Cancel {
+            app: "ORDERS".into(),
+            id: "o-1".into(),
+            writer: Writer::REPLICA,
+        },
+        T0 + 1_000,
+    );
+    assert_eq!(register(&mut r, copy.clone(), T0 + 2_000).reply, Reply::Registered);
+    // Remembered for `cancel_memory_ms` only.
+    let mut r = registry();
+    register(&mut r, copy.clone(), T0 + 1);
+    r.apply(
+        Command::Cancel {
+            app: "ORDERS".into(),
+            id: "o-1".into(),
+            writer: Writer::Client,
+        },
+        T0 + 1_000,
+    );
+    let later = T0 + 1_000 + r.config().cancel_memory_ms;
+    assert_eq!(r.apply(replicated(copy.clone()), later).reply, Reply::Registered);
+}
+
+#[test]
+fn an_evicted_instance_that_renews_elsewhere_comes_back_through_replication() {
+    let mut r = registry();
+    let mut copy = inst("orders", "o-1");
+    copy.last_dirty_timestamp = T0;
+    register(&mut r, copy.clone(), T0);
+    // The leader's eviction, replicated here after the lease expired here too.
+    let out = r.apply(
+        Command::Evict {
+            app: "ORDERS".into(),
+            id: "o-1".into(),
+        },
+        T0 + 100_000,
+    );
+    assert_eq!(out.reply, Reply::Ok);
+    // A peer that still gets its renewals sends the Register after a 404: taken.
+    let out = r.apply(
+        Command::Register {
+            info: copy,
+            writer: Writer::REPLICA,
+        },
+        T0 + 101_000,
+    );
+    assert_eq!(out.reply, Reply::Registered);
+}
