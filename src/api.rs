@@ -60,7 +60,7 @@ pub struct Api {
     /// The peers this replica replicates to, as currently known.
     pub peers: watch::Receiver<Vec<Peer>>,
     /// Whether this replica holds the leader Lease (`None` without Kubernetes).
-    pub leadership: Option<watch::Receiver<bool>>,
+    pub leadership: Option<crate::leadership::Leader>,
     /// How this server describes itself (the status document's `instanceInfo`).
     pub identity: Arc<InstanceInfo>,
 }

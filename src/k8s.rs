@@ -44,6 +44,8 @@ pub struct Settings {
     pub max_backoff: Duration,
     /// Longest wait between retries of a failing watch.
     pub watch_max_backoff: Duration,
+    /// How long the apiserver keeps one watch request open (`--watch-timeout-seconds`).
+    pub watch_timeout_seconds: u32,
     /// Pods per page of the pod watch's lists.
     pub pod_watch_page_size: u32,
     pub sweep_interval: Duration,
@@ -73,7 +75,7 @@ pub enum Error {
 pub struct Wiring {
     pub state: AppState,
     pub health: Arc<Health>,
-    pub leader: channel::Sender<bool>,
+    pub leader: channel::Sender<crate::leadership::Lead>,
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Met once every watch listed and every EurekaApp was reconciled.
     pub reconciled: Condition,
@@ -166,7 +168,7 @@ fn start_override_persister(
     client: &Client,
     settings: &Settings,
     state: &AppState,
-    leader: channel::Receiver<bool>,
+    leader: crate::leadership::Leader,
     metrics: overrides::Metrics,
     supervisor: &mut Supervisor,
 ) {
@@ -187,7 +189,7 @@ fn start_override_persister(
 /// What the controller task takes from the subsystem.
 struct ControllerWiring {
     client: Client,
-    leader: channel::Receiver<bool>,
+    leader: crate::leadership::Leader,
     metrics: controller::Metrics,
     /// Told the cluster id once it is known.
     cluster_id: channel::Sender<Option<String>>,
@@ -221,6 +223,7 @@ fn start_controller(settings: Settings, wiring: ControllerWiring, supervisor: &m
             namespaces: settings.namespaces,
             max_backoff: settings.max_backoff,
             watch_max_backoff: settings.watch_max_backoff,
+            watch_timeout_seconds: settings.watch_timeout_seconds,
             pod_watch_page_size: settings.pod_watch_page_size,
             sweep_interval: settings.sweep_interval,
         };
@@ -256,7 +259,10 @@ fn start_replica_discovery(
             service,
             settings.me,
             found_tx,
-            watch::Backoff::new(settings.watch_max_backoff),
+            (
+                watch::Backoff::new(settings.watch_max_backoff),
+                settings.watch_timeout_seconds,
+            ),
             watch_errors,
             health,
             supervisor.shutdown(),
@@ -278,7 +284,7 @@ fn start_replica_discovery(
 async fn lease_task(
     client: Client,
     config: lease::LeaseConfig,
-    tx: channel::Sender<bool>,
+    tx: channel::Sender<crate::leadership::Lead>,
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
     lease::run(client, config, tx, shutdown.wait()).await?;

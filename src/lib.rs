@@ -14,6 +14,7 @@ pub mod codec;
 pub mod config;
 pub mod health;
 pub mod k8s;
+pub mod leadership;
 pub mod metrics;
 pub mod mutants;
 pub mod registry;
@@ -48,6 +49,7 @@ mod readme {
         ("health", 3),
         ("tls", 3),
         ("supervisor", 3),
+        ("leadership", 3),
         ("state", 4),
         ("cache", 4),
         ("metrics", 4),

@@ -47,7 +47,6 @@ use tracing::Instrument;
 
 use batcher::{Backoff, Batcher, Failure, Limits, Taken};
 use client::{PeerClient, PeerUrl};
-use peers::ReplicaEndpoint;
 use sync::Retries;
 
 use crate::{
@@ -64,12 +63,13 @@ use crate::{
 /// What the replication subsystem needs from the rest of the process.
 pub struct Wiring {
     pub state: AppState,
-    pub leader: watch::Receiver<bool>,
+    pub leader: crate::leadership::Leader,
     pub health: Arc<Health>,
     /// The peer list (from the peers subsystem).
     pub peers: watch::Receiver<Vec<Peer>>,
-    /// Discovered replicas (`None` until the first list); the start-up sync waits for it.
-    pub discovered: watch::Receiver<Option<Vec<ReplicaEndpoint>>>,
+    /// True once the peer list holds the first list of discovered replicas; the start-up sync
+    /// waits for it.
+    pub listed: watch::Receiver<bool>,
     /// This cluster's id (`None` until known; stays `None` without Kubernetes).
     pub cluster_id: watch::Receiver<Option<String>>,
     /// Whether a cluster is configured (then the sync waits for the cluster id).
@@ -113,7 +113,7 @@ pub fn start(
     supervisor.spawn("start-up sync", Expect::Finishes, async move {
         tokio::select! {
             _ = shutdown.wait() => Ok(()),
-            count = startup_sync(&r, retries, wiring.peers, wiring.discovered, wiring.cluster_id, wiring.in_cluster, &wiring.synced) => {
+            count = startup_sync(&r, retries, wiring.peers, wiring.listed, wiring.cluster_id, wiring.in_cluster, &wiring.synced) => {
                 r.state.open_for_traffic(count);
                 wiring.synced.met();
                 tracing::info!(instances = count, "registry open for traffic");
@@ -129,14 +129,14 @@ async fn startup_sync(
     r: &Replicator,
     retries: Retries,
     peers: watch::Receiver<Vec<Peer>>,
-    mut discovered: watch::Receiver<Option<Vec<ReplicaEndpoint>>>,
+    mut listed: watch::Receiver<bool>,
     mut cluster_id: watch::Receiver<Option<String>>,
     in_cluster: bool,
     synced: &Condition,
 ) -> i64 {
     synced.waiting("waiting for the replica list");
     let listed = tokio::time::timeout(Duration::from_secs(30), async {
-        discovered.wait_for(Option::is_some).await.map(|_| ())
+        listed.wait_for(|done| *done).await.map(|_| ())
     })
     .await;
     if listed.is_err() {
@@ -330,7 +330,7 @@ pub struct Replicator {
     state: AppState,
     client: PeerClient,
     /// Whether this replica holds the Lease (pod instances go to Java from the leader only).
-    leader: watch::Receiver<bool>,
+    leader: crate::leadership::Leader,
     /// One queue per peer, by base URL.
     queues: Mutex<HashMap<String, Arc<PeerQueue>>>,
     settings: Settings,
@@ -346,7 +346,7 @@ impl OutcomeListener for Replicator {
         if outcome.replicate.is_empty() {
             return;
         }
-        let leader = *self.leader.borrow();
+        let leader = self.leader.borrow().holds();
         let queues = self.queues.lock();
         let now = Instant::now();
         for record in &outcome.replicate {
@@ -367,7 +367,7 @@ impl OutcomeListener for Replicator {
 impl Replicator {
     pub fn new(
         state: AppState,
-        leader: watch::Receiver<bool>,
+        leader: crate::leadership::Leader,
         settings: Settings,
         metrics: Metrics,
         health: Arc<Health>,

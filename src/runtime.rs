@@ -10,12 +10,13 @@ use std::{sync::Arc, time::Duration};
 use anyhow::Context;
 use tokio::sync::watch;
 
-use crate::supervisor::{self, Expect, Supervisor};
+use crate::supervisor::{Expect, Supervisor};
 use crate::{
     api::{self, Api},
     config::{Args, KubernetesArgs, KubernetesMode, identity::Identity},
     health::Health,
     k8s,
+    leadership::Lead,
     metrics::{Metrics, RegistryCollector},
     registry::{Registry, RegistryConfig},
     replication::{self, client::PeerUrl, peers as peer_list},
@@ -67,6 +68,14 @@ const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/servicea
 
 /// The cluster configuration, or `None` to run standalone.
 async fn cluster_config(args: &KubernetesArgs) -> anyhow::Result<Option<kube::Config>> {
+    let mut config = found_cluster(args).await?;
+    if let Some(config) = &mut config {
+        args.tune_client(config).map_err(anyhow::Error::msg)?;
+    }
+    Ok(config)
+}
+
+async fn found_cluster(args: &KubernetesArgs) -> anyhow::Result<Option<kube::Config>> {
     match args.kubernetes {
         KubernetesMode::Off => Ok(None),
         KubernetesMode::On => {
@@ -149,14 +158,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         host: me.host.clone(),
     };
     let https = guard.tls.is_some();
-    start_peer_list(&args.peers, own, https, &cluster, peers_tx, &mut supervisor)?;
+    let listed = start_peer_list(&args.peers, own, https, &cluster, peers_tx, &mut supervisor)?;
     let retries = args.server.sync_retries();
     start_replication(
         replication_settings,
         retries,
         &shared,
         &cluster,
-        peers_rx.clone(),
+        (peers_rx.clone(), listed),
         synced,
         &mut supervisor,
     );
@@ -274,10 +283,10 @@ struct Cluster {
     /// Whether a cluster was found (false: standalone).
     in_cluster: bool,
     /// Whether this replica holds the Lease (always true standalone).
-    leader: watch::Receiver<bool>,
+    leader: crate::leadership::Leader,
     /// Standalone, leadership never changes: the sender lives as long as `run`.
-    _standalone_leader: Option<watch::Sender<bool>>,
-    /// Replicas found through the headless Service.
+    _standalone_leader: Option<watch::Sender<crate::leadership::Lead>>,
+    /// Replicas found through the headless Service (`None` until the first list).
     discovered: watch::Receiver<Option<Vec<replication::peers::ReplicaEndpoint>>>,
     /// The cluster's id (the kube-system namespace's UID).
     cluster_id: watch::Receiver<Option<String>>,
@@ -295,7 +304,7 @@ async fn start_cluster(
     supervisor: &mut Supervisor,
 ) -> anyhow::Result<Cluster> {
     let config = cluster_config(kubernetes).await?;
-    let (leader_tx, leader) = watch::channel(config.is_none());
+    let (leader_tx, leader) = watch::channel(if config.is_none() { Lead::Always } else { Lead::Follower });
     let cluster = match config {
         None => Cluster {
             in_cluster: false,
@@ -328,16 +337,10 @@ async fn start_cluster(
             }
         }
     };
-    let gauge = prometheus_client::metrics::gauge::Gauge::<i64>::default();
-    shared.metrics.with_prometheus(|r| {
-        r.register(
-            "leader",
-            "1 while this replica holds the Lease (always without Kubernetes)",
-            gauge.clone(),
-        )
-    });
-    let follow = follow_leader(cluster.leader.clone(), gauge, supervisor.shutdown());
-    supervisor.spawn("leader gauge", Expect::RunsForever, follow);
+    let gauge = crate::leadership::LeaderGauge(cluster.leader.clone());
+    shared
+        .metrics
+        .with_prometheus(|r| r.register_collector(Box::new(gauge)));
     Ok(cluster)
 }
 
@@ -347,7 +350,7 @@ fn start_replication(
     retries: replication::sync::Retries,
     shared: &Shared,
     cluster: &Cluster,
-    peers: watch::Receiver<Vec<replication::Peer>>,
+    (peers, listed): (watch::Receiver<Vec<replication::Peer>>, watch::Receiver<bool>),
     synced: crate::health::Condition,
     supervisor: &mut Supervisor,
 ) {
@@ -356,7 +359,7 @@ fn start_replication(
         leader: cluster.leader.clone(),
         health: shared.health.clone(),
         peers,
-        discovered: cluster.discovered.clone(),
+        listed,
         cluster_id: cluster.cluster_id.clone(),
         in_cluster: cluster.in_cluster,
         synced,
@@ -368,6 +371,7 @@ fn start_replication(
 
 /// The peers subsystem: static replicas, discovered replicas and Java peers, never this
 /// replica. Replicas found through the headless Service are reached the way this one serves.
+/// Returns a flag that turns true once the list holds discovery's first answer.
 fn start_peer_list(
     peers: &crate::config::PeerArgs,
     own: peer_list::OwnAddress,
@@ -375,42 +379,20 @@ fn start_peer_list(
     cluster: &Cluster,
     peers_tx: watch::Sender<Vec<replication::Peer>>,
     supervisor: &mut Supervisor,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<watch::Receiver<bool>> {
     let discovery = peer_list::Discovery { own, https };
     let static_replicas = peer_list::parse_urls(&peers.peer_urls, "peer")?;
     let java = peer_list::parse_urls(&peers.java_peer_urls, "Java peer")?;
     peers_tx.send_replace(peer_list::merge(&static_replicas, &[], &java, &discovery));
+    let (listed_tx, listed) = watch::channel(false);
     let run = peer_list::run(
         static_replicas,
         java,
         discovery,
         cluster.discovered.clone(),
-        peers_tx,
+        (peers_tx, listed_tx),
         supervisor.shutdown(),
     );
     supervisor.spawn("peer list", Expect::RunsForever, run);
-    Ok(())
-}
-
-/// Mirrors leadership into the `leader` gauge.
-async fn follow_leader(
-    mut rx: watch::Receiver<bool>,
-    gauge: prometheus_client::metrics::gauge::Gauge<i64>,
-    shutdown: supervisor::Shutdown,
-) -> anyhow::Result<()> {
-    let stop = shutdown.wait();
-    tokio::pin!(stop);
-    loop {
-        gauge.set(i64::from(*rx.borrow_and_update()));
-        tokio::select! {
-            _ = &mut stop => return Ok(()),
-            changed = rx.changed() => {
-                if changed.is_err() {
-                    // The Lease task stopped: only at shutdown.
-                    stop.as_mut().await;
-                    return Ok(());
-                }
-            }
-        }
-    }
+    Ok(listed)
 }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use tokio::{sync::watch, time::MissedTickBehavior};
+use tokio::time::MissedTickBehavior;
 
 use crate::{state::AppState, supervisor::Shutdown};
 
@@ -29,7 +29,7 @@ fn ticker(period: Duration) -> tokio::time::Interval {
 pub async fn run(
     state: AppState,
     intervals: Intervals,
-    leader: watch::Receiver<bool>,
+    leader: crate::leadership::Leader,
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
     let mut evict = ticker(intervals.eviction);
@@ -42,7 +42,7 @@ pub async fn run(
         tokio::select! {
             _ = &mut stop => return Ok(()),
             _ = evict.tick() => {
-                if *leader.borrow() || crate::mutants::on("two-leaders") {
+                if leader.borrow().holds() || crate::mutants::on("two-leaders") {
                     runs += 1;
                     // Java seeds its choice with the current time; so do we, plus a run counter.
                     let seed = (state.now() as u64).wrapping_mul(0x9E37_79B9).wrapping_add(runs);
@@ -53,7 +53,7 @@ pub async fn run(
                 }
             }
             _ = threshold.tick() => {
-                if *leader.borrow() && state.with_registry(|r, _| r.update_renewal_threshold()) {
+                if leader.borrow().holds() && state.with_registry(|r, _| r.update_renewal_threshold()) {
                     tracing::info!("updated the renewal threshold");
                 }
             }

@@ -275,7 +275,7 @@ fn html(body: String) -> Response {
 
 pub async fn page(State(api): State<Arc<Api>>) -> Response {
     let (stats, apps, now) = api.state.with_registry(|r, now| (r.stats(now), r.full_view(), now));
-    let leader = api.leadership.as_ref().map(|l| *l.borrow());
+    let leader = api.leadership.as_ref().map(|l| l.borrow().holds());
     let replicas = api.peer_urls();
     html(render(&Model {
         stats: &stats,

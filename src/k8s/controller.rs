@@ -90,6 +90,8 @@ pub struct Settings {
     pub max_backoff: Duration,
     /// Longest wait between retries of a failing watch.
     pub watch_max_backoff: Duration,
+    /// How long the apiserver keeps one watch request open.
+    pub watch_timeout_seconds: u32,
     /// Pods per page of the pod watch's lists.
     pub pod_watch_page_size: u32,
     /// How often pod instances of gone EurekaApps are looked for.
@@ -258,7 +260,7 @@ pub struct Context {
     /// Asks every controller to reconcile all its EurekaApps (after the first sync; on taking the Lease).
     reconcile_all: Vec<mpsc::UnboundedSender<()>>,
     /// Whether this replica holds the Lease.
-    leader: watch::Receiver<bool>,
+    leader: crate::leadership::Leader,
     recorder: Recorder,
     metrics: Metrics,
     health: Arc<Health>,
@@ -379,7 +381,7 @@ pub struct Parts {
     pub client: Client,
     pub state: AppState,
     /// Whether this replica holds the Lease.
-    pub leader: watch::Receiver<bool>,
+    pub leader: crate::leadership::Leader,
     pub recorder: Recorder,
     pub metrics: Metrics,
     pub health: Arc<Health>,
@@ -410,7 +412,12 @@ pub async fn run(settings: Settings, parts: Parts, shutdown: Shutdown) -> anyhow
         triggers,
         reconcile_all,
         mut deleted,
-    } = Controllers::new(&client, &scopes, settings.watch_max_backoff, &shutdown);
+    } = Controllers::new(
+        &client,
+        &scopes,
+        (settings.watch_max_backoff, settings.watch_timeout_seconds),
+        &shutdown,
+    );
     complete.waiting("waiting for the Pod, Node and EurekaApp watches to list");
     let ctx = Arc::new(Context {
         index: RwLock::new(Index::new(scopes.clone())),
@@ -521,7 +528,12 @@ struct Controllers {
 }
 
 impl Controllers {
-    fn new(client: &Client, scopes: &[Scope], max_backoff: Duration, shutdown: &Shutdown) -> Self {
+    fn new(
+        client: &Client,
+        scopes: &[Scope],
+        (max_backoff, watch_timeout): (Duration, u32),
+        shutdown: &Shutdown,
+    ) -> Self {
         let (deleted_tx, deleted) = mpsc::unbounded_channel();
         let mut this = Controllers {
             controllers: Vec::new(),
@@ -539,7 +551,7 @@ impl Controllers {
             let (all_tx, all_rx) = mpsc::unbounded_channel();
             let (reader, writer) = reflector::store();
             let deleted_tx = deleted_tx.clone();
-            let apps = watcher(api, watcher::Config::default())
+            let apps = watcher(api, super::watch::config(watch_timeout))
                 .backoff(Backoff::new(max_backoff))
                 .reflect(writer)
                 .inspect_ok(move |event| {
@@ -575,7 +587,7 @@ async fn watch_pods_and_nodes(ctx: Arc<Context>, scopes: Vec<Scope>) -> anyhow::
         };
         let stream = watcher(
             api,
-            watcher::Config::default().page_size(ctx.settings.pod_watch_page_size),
+            super::watch::config(ctx.settings.watch_timeout_seconds).page_size(ctx.settings.pod_watch_page_size),
         )
         .backoff(Backoff::new(ctx.settings.watch_max_backoff));
         let follower = PodFollower {
@@ -596,7 +608,7 @@ async fn watch_pods_and_nodes(ctx: Arc<Context>, scopes: Vec<Scope>) -> anyhow::
     });
     let nodes = {
         let api: Api<PartialObjectMeta<Node>> = Api::all(ctx.client.clone());
-        let stream: BoxStream<'static, _> = watcher(api, watcher::Config::default())
+        let stream: BoxStream<'static, _> = watcher(api, super::watch::config(ctx.settings.watch_timeout_seconds))
             .backoff(Backoff::new(ctx.settings.watch_max_backoff))
             .boxed();
         let follower = NodeFollower(ctx.clone());
@@ -776,7 +788,7 @@ impl Context {
 
     /// Background work: completeness checks until complete, reconciling everything on taking the
     /// Lease, and the sweep of pod instances whose EurekaApp is gone.
-    async fn background(self: Arc<Self>, mut leader: watch::Receiver<bool>) -> anyhow::Result<()> {
+    async fn background(self: Arc<Self>, mut leader: crate::leadership::Leader) -> anyhow::Result<()> {
         let mut sweep = tokio::time::interval(self.settings.sweep_interval);
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut check = tokio::time::interval(Duration::from_millis(200));
@@ -786,7 +798,7 @@ impl Context {
                     if changed.is_err() {
                         std::future::pending::<()>().await;
                     }
-                    if *leader.borrow_and_update() && self.index.read().synced() {
+                    if leader.borrow_and_update().holds() && self.index.read().synced() {
                         tracing::info!("leading: reconciling every EurekaApp to write its status");
                         for tx in &self.reconcile_all {
                             let _ = tx.send(());
@@ -1399,7 +1411,7 @@ async fn reconcile(app: Arc<EurekaApp>, ctx: Arc<Context>) -> Result<Action, Err
         ctx.reconciled.lock().insert(key.clone());
         ctx.check_complete();
     }
-    if !*ctx.leader.borrow() {
+    if !ctx.leader.borrow().holds() {
         ctx.failures.lock().remove(&key);
         return Ok(applied.action);
     }

@@ -1,10 +1,11 @@
-//! Leader election on a `coordination.k8s.io/v1` Lease, published as a `watch::Receiver<bool>`.
+//! Leader election on a `coordination.k8s.io/v1` Lease, published as a [`Lead`] with its deadline.
 //!
 //! Like client-go, expiry is judged with the local monotonic clock: a follower takes over when the
 //! Lease record has not changed for a whole lease duration since it first saw that record, so clock
 //! skew between replicas does not matter. Writes use the record's `resourceVersion`, so two
 //! candidates can never both win. A leader that fails to renew steps down two thirds of a lease
-//! duration after its last renewal, before any follower may take over. If this task ends with an error the
+//! duration after its last renewal, before any follower may take over: that is the deadline readers
+//! check, so a leader paused past it stops acting before this task even runs again. If this task ends with an error the
 //! caller must exit the process: without it nobody would know who leads.
 
 use std::time::Duration;
@@ -21,6 +22,8 @@ use kube::{
 };
 use tokio::{sync::watch, time::Instant};
 
+use crate::leadership::{self, Lead};
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("failed to read the Lease {0}: {1}")]
@@ -36,6 +39,8 @@ pub struct LeaseConfig {
     pub name: String,
     pub identity: String,
     pub duration: Duration,
+    /// How long the apiserver keeps the release watch open (`--watch-timeout-seconds`).
+    pub watch_timeout_seconds: u32,
 }
 
 impl LeaseConfig {
@@ -113,14 +118,14 @@ fn leased(cfg: &LeaseConfig, lease: &Lease, acquire: bool) -> Lease {
 pub async fn run(
     client: Client,
     cfg: LeaseConfig,
-    tx: watch::Sender<bool>,
+    tx: watch::Sender<Lead>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), Error> {
     let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
     let key = format!("{}/{}", cfg.namespace, cfg.name);
     let mut observed: Option<Observed> = None;
     let mut last_renewal: Option<Instant> = None;
-    let mut released = std::pin::pin!(releases(api.clone(), &cfg.name));
+    let mut released = std::pin::pin!(releases(api.clone(), &cfg.name, cfg.watch_timeout_seconds));
     tokio::pin!(shutdown);
     loop {
         let now = Instant::now();
@@ -132,10 +137,14 @@ pub async fn run(
         }
         // Step down when the last renewal is two thirds of a duration old: with a look every
         // third, that is always before any follower may take over (a full duration).
-        let leading = last_renewal.is_some_and(|t| Instant::now().duration_since(t) < step_down_after(&cfg));
-        if *tx.borrow() != leading {
+        let lead = match last_renewal {
+            Some(t) => Lead::Until((t + step_down_after(&cfg)).into_std()),
+            None => Lead::Follower,
+        };
+        let leading = lead.holds();
+        let lead = if leading { lead } else { Lead::Follower };
+        if leadership::publish(&tx, lead) {
             tracing::info!(lease = %key, identity = %cfg.identity, leading, "leadership changed");
-            tx.send_replace(leading);
         }
         tokio::select! {
             _ = tokio::time::sleep(cfg.renew_every()) => {}
@@ -146,8 +155,8 @@ pub async fn run(
             _ = &mut shutdown => break,
         }
     }
-    if *tx.borrow() {
-        tx.send_replace(false);
+    if *tx.borrow() != Lead::Follower {
+        leadership::publish(&tx, Lead::Follower);
         release(&api, &cfg, &key).await;
     }
     Ok(())
@@ -156,10 +165,10 @@ pub async fn run(
 /// Yields whenever the Lease is seen without a holder (a leader released it on shutdown), so a
 /// follower takes over at once instead of at its next look. Watch errors are retried with backoff
 /// and otherwise ignored: the periodic look still elects a leader without this.
-fn releases(api: Api<Lease>, name: &str) -> impl futures::Stream<Item = ()> + Send + use<> {
+fn releases(api: Api<Lease>, name: &str, watch_timeout: u32) -> impl futures::Stream<Item = ()> + Send + use<> {
     use futures::StreamExt;
     use kube::runtime::{WatchStreamExt, watcher};
-    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let config = super::watch::config(watch_timeout).fields(&format!("metadata.name={name}"));
     watcher::watcher(api, config)
         .default_backoff()
         .applied_objects()

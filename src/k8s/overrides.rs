@@ -17,7 +17,7 @@ use kube::{
     api::{Patch, PatchParams},
 };
 use prometheus_client::metrics::counter::Counter;
-use tokio::sync::{Notify, watch};
+use tokio::sync::Notify;
 
 use super::crd::STATUS_OVERRIDE_ANNOTATION;
 use crate::{
@@ -56,7 +56,7 @@ impl Metrics {
 pub async fn run(
     client: Client,
     state: AppState,
-    mut leader: watch::Receiver<bool>,
+    mut leader: crate::leadership::Leader,
     wake: Arc<Notify>,
     max_backoff: Duration,
     metrics: Metrics,
@@ -81,7 +81,7 @@ pub async fn run(
             }
             _ = tokio::time::sleep(retry.unwrap_or(Duration::MAX)), if retry.is_some() => {}
         }
-        if !*leader.borrow_and_update() {
+        if !leader.borrow_and_update().holds() {
             failures = 0;
             continue;
         }

@@ -8,10 +8,7 @@ use std::{collections::BTreeMap, sync::Arc};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::{
     Api, Client,
-    runtime::{
-        WatchStreamExt,
-        watcher::{self, watcher},
-    },
+    runtime::{WatchStreamExt, watcher::watcher},
 };
 use parking_lot::Mutex;
 use prometheus_client::metrics::counter::Counter;
@@ -137,13 +134,13 @@ pub async fn watch_replicas(
     (namespace, service): (String, String),
     me: OwnPod,
     tx: watch::Sender<Option<Vec<ReplicaEndpoint>>>,
-    backoff: Backoff,
+    (backoff, watch_timeout): (Backoff, u32),
     errors: Counter,
     health: Arc<Health>,
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
     let api: Api<EndpointSlice> = Api::namespaced(client, &namespace);
-    let config = watcher::Config::default().labels(&format!("kubernetes.io/service-name={service}"));
+    let config = super::watch::config(watch_timeout).labels(&format!("kubernetes.io/service-name={service}"));
     let stream = watcher(api, config).backoff(backoff);
     let follower = Slices {
         me,

@@ -81,6 +81,14 @@ where
     anyhow::bail!("failed to keep the {what} watch running: the stream ended")
 }
 
+/// Every watch's configuration: the apiserver ends each watch request after `timeout_secs` and
+/// the watcher resumes from its resourceVersion, so no request waits on the apiserver longer than
+/// that while it is healthy, and the client's read timeout (`--kubernetes-read-timeout-ms`, which
+/// is longer) finds a connection that died silently.
+pub fn config(timeout_secs: u32) -> watcher::Config {
+    watcher::Config::default().timeout(timeout_secs)
+}
+
 /// How a failing watch retries: exponential from 250 ms up to `max` (`--watch-max-backoff-ms`),
 /// with ±20 % jitter so replicas do not retry in step, reset once the watch delivers. kube-runtime's
 /// default follows client-go (up to 30 s); a registry must converge within seconds of an

@@ -106,17 +106,25 @@ pub fn merge(
 }
 
 /// Keeps `tx` in line with discovery until shutdown (without discovery the list never changes).
+/// `listed` turns true once the published list holds discovery's first answer: the start-up
+/// sync reads its sources from the list, so it waits for that, not for discovery itself (which
+/// is a step ahead of this task).
 pub async fn run(
     static_replicas: Vec<PeerUrl>,
     java: Vec<PeerUrl>,
     discovery: Discovery,
     mut discovered: watch::Receiver<Option<Vec<ReplicaEndpoint>>>,
-    tx: watch::Sender<Vec<Peer>>,
+    (tx, listed): (watch::Sender<Vec<Peer>>, watch::Sender<bool>),
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
     loop {
-        let found = discovered.borrow_and_update().clone().unwrap_or_default();
-        let list = merge(&static_replicas, &found, &java, &discovery);
+        let found = discovered.borrow_and_update().clone();
+        let list = merge(
+            &static_replicas,
+            found.as_deref().unwrap_or_default(),
+            &java,
+            &discovery,
+        );
         tx.send_if_modified(|current| {
             let differs = *current != list;
             if differs {
@@ -124,6 +132,9 @@ pub async fn run(
             }
             differs
         });
+        if found.is_some() {
+            listed.send_if_modified(|done| !std::mem::replace(done, true));
+        }
         if discovered.changed().await.is_err() {
             // No discovery (standalone), or it stopped at shutdown: the list stays as it is.
             shutdown.wait().await;
@@ -135,6 +146,45 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The start-up sync reads its sources from the published list once `listed` is true, so
+    /// the list must already hold discovery's answer then (a replica restarted next to a ready
+    /// one once synced from nobody and answered without the other's native instances).
+    #[tokio::test]
+    async fn listed_turns_true_only_with_the_discovered_replicas_in_the_list() {
+        let me = OwnAddress {
+            url: None,
+            bind: "10.0.0.1:8761".parse().unwrap(),
+            host: "10.0.0.1".into(),
+        };
+        let discovery = Discovery { own: me, https: false };
+        let (found_tx, found_rx) = watch::channel(None);
+        let (tx, mut peers) = watch::channel(Vec::new());
+        let (listed_tx, mut listed) = watch::channel(false);
+        let supervisor = crate::supervisor::Supervisor::new(std::time::Duration::from_secs(1));
+        let task = tokio::spawn(run(
+            Vec::new(),
+            Vec::new(),
+            discovery,
+            found_rx,
+            (tx, listed_tx),
+            supervisor.shutdown(),
+        ));
+        tokio::task::yield_now().await;
+        assert!(!*listed.borrow(), "listed before discovery answered");
+        found_tx.send_replace(Some(vec![ReplicaEndpoint {
+            url: "http://10.0.0.2:8761/eureka/".into(),
+            ready: true,
+        }]));
+        listed.wait_for(|l| *l).await.unwrap();
+        let got: Vec<_> = peers
+            .borrow_and_update()
+            .iter()
+            .map(|p| (p.url.display().to_string(), p.ready))
+            .collect();
+        assert_eq!(got, vec![("http://10.0.0.2:8761/eureka/".to_string(), true)]);
+        task.abort();
+    }
 
     #[test]
     fn merges_without_itself_or_duplicates() {

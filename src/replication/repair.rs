@@ -162,18 +162,18 @@ impl Replicator {
                         stop.as_mut().await;
                         return Ok(());
                     }
-                    if *leader.borrow_and_update() {
+                    if leader.borrow_and_update().holds() {
                         // Newly leading: Java peers get every pod instance now.
                         self.push_pods_to_java(Action::Register);
                     }
                 }
                 _ = heartbeat.tick() => {
-                    if *leader.borrow() {
+                    if leader.borrow().holds() {
                         self.push_pods_to_java(Action::Heartbeat);
                     }
                 }
                 _ = compare.tick() => {
-                    if *leader.borrow() && health.is_complete() && !crate::mutants::on("anti-entropy-off") {
+                    if leader.borrow().holds() && health.is_complete() && !crate::mutants::on("anti-entropy-off") {
                         self.compare_with_peers().await;
                     }
                 }

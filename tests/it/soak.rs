@@ -1679,6 +1679,12 @@ async fn every_live_instance_survives_random_faults() {
         "1000",
         "--wait-time-in-ms-when-sync-empty",
         "0",
+        // Time scaled down like the rest: a request to the apiserver that gets no answer (a
+        // connection that died without a reset) is abandoned within 8 s, inside the bound.
+        "--watch-timeout-seconds",
+        "3",
+        "--kubernetes-read-timeout-ms",
+        "8000",
     ]
     .iter()
     .map(|s| s.to_string())

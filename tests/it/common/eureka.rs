@@ -130,7 +130,11 @@ impl Server {
             .arg("--admin-bind")
             .arg(format!("{ip}:{admin_port}"))
             .args(args)
-            .env("EUREKA_LOG", "info,eureka_operator=debug")
+            // EO_TEST_LOG replaces the filter (say, to add kube_runtime=debug).
+            .env(
+                "EUREKA_LOG",
+                std::env::var("EO_TEST_LOG").unwrap_or_else(|_| "info,eureka_operator=debug".into()),
+            )
             .env_remove("KUBECONFIG")
             .env("EUREKA_KUBERNETES", "off");
         for (k, v) in env {
