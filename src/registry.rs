@@ -664,7 +664,15 @@ impl Registry {
         let app = incoming.app.clone();
         let id = incoming.id().to_string();
         let replication = writer.is_replication();
-        if replication && let Some(reply) = self.refuse_cancelled(&incoming, now) {
+        // A Java peer's registration is taken as Java takes it: Java's cancels carry no
+        // timestamp, so a cancel it sent may be the stale one (held by a paused replica and
+        // applied after the client registered again), and its Register after a 404 heartbeat is
+        // then the repair.
+        let from_java = writer == Writer::Peer(PeerKind::Java);
+        if replication
+            && !from_java
+            && let Some(reply) = self.refuse_cancelled(&incoming, now)
+        {
             return Outcome::reply(reply);
         }
         let existing = self.apps.get(&*app).and_then(|a| a.get(&*id)).cloned();
@@ -1014,7 +1022,8 @@ impl Registry {
     /// when a renewal queued behind a slow or cut link reaches a replica after the cancel (answered
     /// 404, its sender then sends the Register, as Eureka's protocol does), or from a peer's stale
     /// registry (the start-up sync, anti-entropy). A registration with a newer
-    /// `lastDirtyTimestamp` is the client registering again, and is taken; so is a client's own.
+    /// `lastDirtyTimestamp` is the client registering again, and is taken; so is a client's own,
+    /// and a Java peer's (see `register`).
     fn refuse_cancelled(&mut self, incoming: &InstanceInfo, now: i64) -> Option<Reply> {
         let key = (incoming.app.to_string(), incoming.id().to_string());
         let (dirty, at) = *self.cancelled.get(&key)?;

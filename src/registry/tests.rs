@@ -1097,6 +1097,25 @@ fn replication_cannot_undo_a_cancel() {
     );
     let later = T0 + 1_000 + r.config().cancel_memory_ms;
     assert_eq!(r.apply(replicated(copy.clone()), later).reply, Reply::Registered);
+    // A Java peer's Register is taken: Java's cancels carry no timestamp, and one held by a
+    // paused replica removes a registration made after it; Java's Register after the 404 of its
+    // next replicated heartbeat puts it back.
+    let mut r = registry();
+    register(&mut r, copy.clone(), T0 + 1);
+    r.apply(
+        Command::Cancel {
+            app: "ORDERS".into(),
+            id: "o-1".into(),
+            writer: Writer::Peer(PeerKind::Java),
+        },
+        T0 + 1_000,
+    );
+    let from_java = Command::Register {
+        info: copy.clone(),
+        writer: Writer::Peer(PeerKind::Java),
+    };
+    assert_eq!(r.apply(from_java, T0 + 2_000).reply, Reply::Registered);
+    assert!(r.contains("ORDERS", "o-1"));
 }
 
 #[test]
