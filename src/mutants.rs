@@ -18,7 +18,7 @@ pub const ALL: &[(&str, &str)] = &[
     ),
     (
         "lose-pods-on-apiserver-cut",
-        "a pod watch that re-lists forgets the pods it knew, so their instances go until they change",
+        "a failing pod watch is taken for an empty list, so every pod instance goes until its pod changes",
     ),
     (
         "anti-entropy-off",

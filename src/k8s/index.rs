@@ -172,14 +172,7 @@ impl Index {
             .collect();
         let old: HashMap<Text, BTreeMap<Text, Arc<PodInfo>>> =
             self.pods.extract_if(|ns, _| scope.contains(ns)).collect();
-        let relist = self.listed.contains(scope);
         for mut pod in pods {
-            if relist
-                && crate::mutants::on("lose-pods-on-apiserver-cut")
-                && old.get(&*pod.namespace).is_some_and(|ns| ns.contains_key(&*pod.name))
-            {
-                continue;
-            }
             let first = old
                 .get(&*pod.namespace)
                 .and_then(|ns| ns.get(&*pod.name))

@@ -67,6 +67,9 @@ where
             Ok(Event::InitApply(obj)) => buffer.extend(follower.project(&obj)),
             Ok(Event::InitDone) => follower.relisted(std::mem::take(&mut buffer)),
             Err(e) => {
+                if !failing && what.starts_with("Pods") && crate::mutants::on("lose-pods-on-apiserver-cut") {
+                    follower.relisted(Vec::new());
+                }
                 errors.inc();
                 if !failing {
                     tracing::warn!(watch = %what, error = %e, "watch failed; retrying with backoff");
