@@ -137,12 +137,11 @@ pub async fn run(
         }
         // Step down when the last renewal is two thirds of a duration old: with a look every
         // third, that is always before any follower may take over (a full duration).
-        let lead = match last_renewal {
-            Some(t) => Lead::Until((t + step_down_after(&cfg)).into_std()),
-            None => Lead::Follower,
+        let lead = match last_renewal.map(|t| t + step_down_after(&cfg)) {
+            Some(deadline) if Instant::now() < deadline => Lead::Until(deadline.into_std()),
+            _ => Lead::Follower,
         };
-        let leading = lead.holds();
-        let lead = if leading { lead } else { Lead::Follower };
+        let leading = lead != Lead::Follower;
         if leadership::publish(&tx, lead) {
             tracing::info!(lease = %key, identity = %cfg.identity, leading, "leadership changed");
         }

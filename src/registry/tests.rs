@@ -1035,20 +1035,22 @@ fn a_cancel_held_behind_a_partition_spares_a_newer_registration() {
 
 #[test]
 fn replication_cannot_undo_a_cancel() {
-    let mut r = registry();
     let mut copy = inst("orders", "o-1");
     copy.last_dirty_timestamp = T0 + 1;
-    register(&mut r, copy.clone(), T0 + 1);
-    let cancel = Command::Cancel {
-        app: "ORDERS".into(),
-        id: "o-1".into(),
-        writer: Writer::Client,
+    // A registry that held `copy` and saw it cancelled by `writer` at T0 + 1000.
+    let cancelled_by = |writer: Writer| {
+        let mut r = registry();
+        register(&mut r, copy.clone(), T0 + 1);
+        let cancel = Command::Cancel {
+            app: "ORDERS".into(),
+            id: "o-1".into(),
+            writer,
+        };
+        assert_eq!(r.apply(cancel, T0 + 1_000).reply, Reply::Ok);
+        r
     };
-    assert_eq!(r.apply(cancel, T0 + 1_000).reply, Reply::Ok);
-    let replicated = |info: InstanceInfo| Command::Register {
-        info,
-        writer: Writer::REPLICA,
-    };
+    let from = |writer: Writer, info: InstanceInfo| Command::Register { info, writer };
+    let mut r = cancelled_by(Writer::Client);
     // A renewal queued behind a cut link arrives after the cancel: 404, then its sender's
     // Register of the copy that was cancelled; or a peer's stale registry brings it back.
     assert_eq!(
@@ -1065,56 +1067,35 @@ fn replication_cannot_undo_a_cancel() {
         .reply,
         Reply::NotFound
     );
-    for command in [replicated(copy.clone()), Command::RegisterCopy { info: copy.clone() }] {
+    for command in [
+        from(Writer::REPLICA, copy.clone()),
+        Command::RegisterCopy { info: copy.clone() },
+    ] {
         assert!(matches!(r.apply(command, T0 + 5_000).reply, Reply::Refused(_)));
         assert!(!r.contains("ORDERS", "o-1"), "the cancel stands");
     }
     // The client registering again (a newer copy, or its own word) is taken.
     let mut again = copy.clone();
     again.last_dirty_timestamp = T0 + 6_000;
-    assert_eq!(r.apply(replicated(again), T0 + 6_000).reply, Reply::Registered);
-    let mut r = registry();
-    register(&mut r, copy.clone(), T0 + 1);
-    r.apply(
-        Command::Cancel {
-            app: "ORDERS".into(),
-            id: "o-1".into(),
-            writer: Writer::REPLICA,
-        },
-        T0 + 1_000,
+    assert_eq!(
+        r.apply(from(Writer::REPLICA, again), T0 + 6_000).reply,
+        Reply::Registered
     );
+    let mut r = cancelled_by(Writer::REPLICA);
     assert_eq!(register(&mut r, copy.clone(), T0 + 2_000).reply, Reply::Registered);
     // Remembered for `cancel_memory_ms` only.
-    let mut r = registry();
-    register(&mut r, copy.clone(), T0 + 1);
-    r.apply(
-        Command::Cancel {
-            app: "ORDERS".into(),
-            id: "o-1".into(),
-            writer: Writer::Client,
-        },
-        T0 + 1_000,
-    );
+    let mut r = cancelled_by(Writer::Client);
     let later = T0 + 1_000 + r.config().cancel_memory_ms;
-    assert_eq!(r.apply(replicated(copy.clone()), later).reply, Reply::Registered);
+    assert_eq!(
+        r.apply(from(Writer::REPLICA, copy.clone()), later).reply,
+        Reply::Registered
+    );
     // A Java peer's Register is taken: Java's cancels carry no timestamp, and one held by a
     // paused replica removes a registration made after it; Java's Register after the 404 of its
     // next replicated heartbeat puts it back.
-    let mut r = registry();
-    register(&mut r, copy.clone(), T0 + 1);
-    r.apply(
-        Command::Cancel {
-            app: "ORDERS".into(),
-            id: "o-1".into(),
-            writer: Writer::Peer(PeerKind::Java),
-        },
-        T0 + 1_000,
-    );
-    let from_java = Command::Register {
-        info: copy.clone(),
-        writer: Writer::Peer(PeerKind::Java),
-    };
-    assert_eq!(r.apply(from_java, T0 + 2_000).reply, Reply::Registered);
+    let java = Writer::Peer(PeerKind::Java);
+    let mut r = cancelled_by(java);
+    assert_eq!(r.apply(from(java, copy.clone()), T0 + 2_000).reply, Reply::Registered);
     assert!(r.contains("ORDERS", "o-1"));
 }
 
