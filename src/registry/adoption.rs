@@ -28,9 +28,10 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::{
-    Action, Entry, Holding, Outcome, PodOwner, Registry, Replication, Reply, Writer,
+    Action, Outcome, PodOwner, Registry, Replication, Reply, Writer,
     instance::{InstanceInfo, Status},
     rules,
+    store::{Entry, Holding},
     view::{InstanceView, Origin},
 };
 
@@ -272,8 +273,8 @@ impl Registry {
     /// An instance as our own replicas should learn it (`None` when absent): for an adopted one
     /// the client's status, not the one the pod imposes here (each replica imposes it itself).
     pub fn replica_view(&self, app: &str, id: &str) -> Option<InstanceView> {
-        let e = self.apps.get(app)?.get(id)?;
-        let mut view = self.view(e);
+        let e = self.store.get(app, id)?;
+        let mut view = self.store.view(e);
         if matches!(e.holding, Holding::Adopted(_)) {
             view.info = std::sync::Arc::new(Self::native_info(e));
         }
@@ -295,18 +296,16 @@ impl Registry {
     /// Brings an adopted entry's shown status in line with its raw status and its claim; returns
     /// whether it changed (a MODIFIED change then).
     pub(super) fn refresh_adopted(&mut self, app: &str, id: &str, now: i64) -> bool {
-        let Some(entry) = self.apps.get(app).and_then(|a| a.get(id)) else {
+        let Some(entry) = self.store.get(app, id) else {
             return false;
         };
         let shown = self.shown_status_of(entry);
         if shown == entry.info.status {
             return false;
         }
-        self.modify(app, id, now, |info| info.status = shown);
-        if shown == Status::Up
-            && let Some(e) = self.apps.get_mut(app).and_then(|a| a.get_mut(id))
-        {
-            e.lease.service_up(now);
+        self.store.modify(app, id, now, |info| info.status = shown);
+        if shown == Status::Up {
+            self.store.update(app, id, |e| e.lease.service_up(now));
         }
         true
     }
@@ -321,19 +320,21 @@ impl Registry {
         now: i64,
         edit: impl FnOnce(&mut InstanceInfo),
     ) {
-        let Some(entry) = self.apps.get_mut(app).and_then(|a| a.get_mut(id)) else {
+        let known = self.store.update(app, id, |entry| {
+            if let Holding::Adopted(a) = &mut entry.holding {
+                a.raw = status;
+                a.raw_known = true;
+            }
+        });
+        if known.is_none() {
             return;
-        };
-        if let Holding::Adopted(a) = &mut entry.holding {
-            a.raw = status;
-            a.raw_known = true;
         }
-        let entry = self.apps.get(app).and_then(|a| a.get(id)).expect("present");
+        let entry = self.store.get(app, id).expect("present");
         let shown = match &entry.holding {
             Holding::Adopted(_) => self.shown_status_of(entry),
             _ => status,
         };
-        self.modify(app, id, now, |info| {
+        self.store.modify(app, id, now, |info| {
             edit(info);
             info.status = shown;
         });
@@ -346,8 +347,8 @@ impl Registry {
 
     /// Other registrations adopted for `owner` in `app` (not `id`), with their dirty timestamps.
     pub(super) fn adopted_siblings(&self, owner: &PodOwner, app: &str, id: &str) -> Vec<(String, i64)> {
-        self.apps
-            .get(app)
+        self.store
+            .app(app)
             .into_iter()
             .flat_map(|a| a.iter())
             .filter(|(other, e)| other.as_ref() != id && matches!(&e.holding, Holding::Adopted(a) if a.owner == *owner))
@@ -429,8 +430,8 @@ impl Registry {
     }
 
     fn adopted_by(&self, owner: &PodOwner) -> Vec<(String, String)> {
-        self.apps
-            .iter()
+        self.store
+            .apps()
             .flat_map(|(app, entries)| entries.iter().map(move |(id, e)| (app, id, e)))
             .filter(|(_, _, e)| matches!(&e.holding, Holding::Adopted(a) if a.owner == *owner))
             .map(|(app, id, _)| (app.to_string(), id.to_string()))
@@ -442,8 +443,8 @@ impl Registry {
     /// released when no claim wants it.
     fn reconcile_key(&mut self, key: &ClaimKey, now: i64, out: &mut Vec<Replication>) {
         let mut matching: Vec<(String, i64, i64)> = self
-            .apps
-            .get(&*key.app)
+            .store
+            .app(&key.app)
             .into_iter()
             .flat_map(|a| a.iter())
             .filter(|(_, e)| !e.holding.is_pod() && e.info.ip_addr == key.ip && e.info.port.port == key.port)
@@ -467,78 +468,68 @@ impl Registry {
 
     /// Adopts an entry for `owner` (or moves it to `owner`), and shows the pod's status.
     fn adopt(&mut self, app: &str, id: &str, owner: PodOwner, now: i64, out: &mut Vec<Replication>) {
-        let Some((app_key, id_key)) = self.keys(app, id) else {
+        let Some(base) = self.store.get(app, id).map(|e| e.holding.kind()) else {
             return;
         };
-        let Some(entry) = self.apps.get_mut(app).and_then(|a| a.get_mut(id)) else {
-            return;
-        };
-        let mut changed = false;
-        let base = entry.holding.kind();
-        match base {
-            Origin::Adopted => {
-                if let Holding::Adopted(a) = &mut entry.holding
-                    && a.owner != owner
-                {
-                    let from = std::mem::replace(&mut a.owner, owner.clone());
-                    self.owners.moved(&app_key, &id_key, Some(&from), Some(&owner));
-                    changed = true;
-                }
-            }
+        let mut changed = match base {
+            Origin::Adopted => self
+                .store
+                .update(app, id, |entry| match &mut entry.holding {
+                    Holding::Adopted(a) if a.owner != owner => {
+                        a.owner = owner;
+                        true
+                    }
+                    _ => false,
+                })
+                .unwrap_or(false),
             Origin::Native | Origin::Replicated => {
-                self.owners.moved(&app_key, &id_key, None, Some(&owner));
-                entry.holding = Holding::Adopted(Adoption {
-                    owner,
-                    base,
-                    raw: entry.info.status,
-                    raw_known: !entry.copied,
+                self.store.update(app, id, |entry| {
+                    entry.holding = Holding::Adopted(Adoption {
+                        owner,
+                        base,
+                        raw: entry.info.status,
+                        raw_known: !entry.copied,
+                    });
                 });
                 self.preservation.client_cancelled();
-                Self::move_origin(&mut self.by_origin, base, Origin::Adopted);
-                changed = true;
+                true
             }
             Origin::Pod => return,
-        }
+        };
         changed |= self.refresh_adopted(app, id, now);
-        if changed && let Some(view) = self.view_of(app, id) {
+        if changed && let Some(view) = self.store.view_of(app, id) {
             out.push(controller_record(Action::Register, &view));
         }
     }
 
     /// Ends an adoption: the entry is native (or replicated) again, counted, with its own status.
     fn release(&mut self, app: &str, id: &str, now: i64, out: &mut Vec<Replication>) {
-        let Some((app_key, id_key)) = self.keys(app, id) else {
-            return;
-        };
-        let Some(entry) = self.apps.get_mut(app).and_then(|a| a.get_mut(id)) else {
-            return;
-        };
-        let Holding::Adopted(a) = &entry.holding else {
+        let Some(Holding::Adopted(a)) = self.store.get(app, id).map(|e| &e.holding) else {
             return;
         };
         let (base, raw) = (a.base, a.raw);
-        self.owners.moved(&app_key, &id_key, Some(&a.owner), None);
-        entry.holding = match base {
-            Origin::Replicated => Holding::Replicated,
-            _ => Holding::Native,
-        };
+        let shown = self
+            .store
+            .update(app, id, |entry| {
+                entry.holding = match base {
+                    Origin::Replicated => Holding::Replicated,
+                    _ => Holding::Native,
+                };
+                entry.info.status
+            })
+            .expect("present");
         self.preservation.client_registered();
-        Self::move_origin(&mut self.by_origin, Origin::Adopted, base);
-        if self.apps[app][id].info.status != raw {
-            self.modify(app, id, now, |info| info.status = raw);
+        if shown != raw {
+            self.store.modify(app, id, now, |info| info.status = raw);
         }
-        if let Some(view) = self.view_of(app, id) {
+        if let Some(view) = self.store.view_of(app, id) {
             out.push(controller_record(Action::Register, &view));
         }
     }
 
     /// Cancels a registration because its pod is gone or drained.
     pub(super) fn cancel_for_claim(&mut self, app: &str, id: &str, now: i64, out: &mut Vec<Replication>) {
-        let counted = self
-            .apps
-            .get(app)
-            .and_then(|a| a.get(id))
-            .is_some_and(|e| e.holding.counted());
+        let counted = self.store.get(app, id).is_some_and(|e| e.holding.expires());
         self.overrides.remove(id);
         if let Some(removed) = self.remove(app, id, now) {
             if counted {
@@ -547,13 +538,6 @@ impl Registry {
             self.totals.cancellations += 1;
             out.push(controller_record(Action::Cancel, &removed));
         }
-    }
-
-    fn move_origin(by_origin: &mut HashMap<Origin, u64>, from: Origin, to: Origin) {
-        if let Some(n) = by_origin.get_mut(&from) {
-            *n = n.saturating_sub(1);
-        }
-        *by_origin.entry(to).or_default() += 1;
     }
 
     // === reads ===
@@ -586,10 +570,11 @@ impl Registry {
 
     /// The adopted registrations of one EurekaApp.
     pub fn adopted_of(&self, namespace: &str, eureka_app: &str) -> Vec<(PodOwner, InstanceView)> {
-        self.owned_by(namespace, eureka_app)
+        self.store
+            .owned_by(namespace, eureka_app)
             .filter_map(|e| match &e.holding {
                 Holding::Adopted(a) if a.owner.namespace == namespace && a.owner.eureka_app == eureka_app => {
-                    Some((a.owner.clone(), self.view(e)))
+                    Some((a.owner.clone(), self.store.view(e)))
                 }
                 _ => None,
             })
@@ -598,11 +583,10 @@ impl Registry {
 
     /// Every adopted registration as shown (the leader keeps Java peers' copies alive).
     pub fn adopted_instances(&self) -> Vec<InstanceView> {
-        self.apps
-            .values()
-            .flat_map(|entries| entries.values())
+        self.store
+            .entries()
             .filter(|e| matches!(e.holding, Holding::Adopted(_)))
-            .map(|e| self.view(e))
+            .map(|e| self.store.view(e))
             .collect()
     }
 

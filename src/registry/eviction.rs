@@ -1,6 +1,10 @@
-//! Which expired leases one eviction run removes: at most `size - (int)(size × percent)` of the
-//! registry, chosen at random (a partial Fisher–Yates shuffle, as Java's `evict`) from a seed the
-//! caller passes in, plus the pause compensation of the eviction timer.
+//! Eviction: the run that removes expired leases, and which ones it takes: at most
+//! `size - (int)(size × percent)` of the registry, chosen at random (a partial Fisher–Yates
+//! shuffle, as Java's `evict`) from a seed the caller passes in, plus the pause compensation of
+//! the eviction timer. A replica that does not evict applies the leader's evictions only where
+//! the lease has expired here too.
+
+use super::{Action, Outcome, Registry, Replication, Reply, Writer};
 
 /// SplitMix64: small, seedable and good enough to pick victims.
 #[derive(Clone, Debug)]
@@ -55,6 +59,71 @@ pub fn compensation_ms(last_run: Option<i64>, now: i64, interval_ms: i64) -> i64
     match last_run {
         Some(last) => (now - last - interval_ms).max(0),
         None => 0,
+    }
+}
+
+impl Registry {
+    pub(super) fn evict_replicated(&mut self, app: &str, id: &str, now: i64) -> Outcome {
+        let mode = self.config.lease_expiry;
+        let Some(entry) = self.store.get(app, id) else {
+            return Outcome::reply(Reply::NotFound);
+        };
+        if !entry.holding.expires() {
+            return Outcome::reply(Reply::Refused(format!(
+                "instance {id} of {app} is a pod instance or adopted; it does not expire"
+            )));
+        }
+        if !entry.lease.is_expired(now, 0, mode) {
+            return Outcome::reply(Reply::Refused(format!(
+                "instance {id} of {app} renewed here within its lease; not evicted"
+            )));
+        }
+        // Counted as a cancellation (`evictions` counts what this replica decided to evict) and
+        // replicated no further.
+        self.cancelled(app, id, Writer::REPLICA, now)
+    }
+
+    /// One eviction run: removes (at most the eviction limit of) expired native and replicated
+    /// leases, chosen with `seed`, unless self-preservation holds expiry back. Returns a `Cancel`
+    /// record per victim written by [`Writer::Expiry`] (Java does not replicate evictions; a
+    /// replicator may tell its own replicas, which do not evict themselves).
+    pub fn evict(&mut self, now: i64, seed: u64) -> Vec<Replication> {
+        let compensation = compensation_ms(self.last_eviction, now, self.config.eviction_interval_timer_in_ms);
+        self.last_eviction = Some(now);
+        if !self.preservation.lease_expiration_enabled(now) {
+            self.totals.eviction_runs_held += 1;
+            return Vec::new();
+        }
+        // Candidates in name order, so that a seed picks the same victims whatever the timing.
+        let mut expired: Vec<(String, String)> = self
+            .store
+            .expired(now, compensation)
+            .map(|(app, id)| (app.to_string(), id.to_string()))
+            .collect();
+        expired.sort();
+        let size = self.expiring_instances() as usize;
+        let limit = eviction_limit(size, self.config.preservation.renewal_percent_threshold);
+        let victims = choose(expired, limit, seed);
+        let mut records = Vec::with_capacity(victims.len());
+        for (app, id) in victims {
+            self.overrides.remove(&id);
+            if let Some(removed) = self.remove(&app, &id, now) {
+                self.preservation.client_cancelled();
+                self.totals.evictions += 1;
+                records.push(Replication {
+                    action: Action::Cancel,
+                    app,
+                    id,
+                    last_dirty_timestamp: None,
+                    status: None,
+                    overridden_status: None,
+                    instance: None,
+                    origin: removed.origin,
+                    writer: Writer::Expiry,
+                });
+            }
+        }
+        records
     }
 }
 

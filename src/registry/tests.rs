@@ -2,6 +2,7 @@
 //! (`InstanceRegistryTest`, `TimeConsumingInstanceRegistryTest`) where they exist.
 
 use super::*;
+use crate::registry::instance::ActionType;
 
 const T0: i64 = 1_700_000_000_000;
 
@@ -577,6 +578,61 @@ fn eviction_compensates_for_a_late_run() {
     assert!(r.evict(T0 + 100_000, 0).is_empty());
     // The next, punctual run evicts it.
     assert_eq!(r.evict(T0 + 160_000, 0).len(), 1);
+}
+
+/// The expired-lease figure the metrics and the dashboard show comes from the store's expiry
+/// order, not a scan: it must say what each lease's own expiry says, at any instant, in both
+/// expiry modes, and leave pod instances out.
+#[test]
+fn the_expired_count_follows_each_lease_in_both_modes() {
+    for mode in [ExpiryMode::Exact, ExpiryMode::Java] {
+        let config = RegistryConfig {
+            lease_expiry: mode,
+            ..Default::default()
+        };
+        let mut r = renewing_registry(3, 30, config);
+        let owner = PodOwner {
+            namespace: "shop".into(),
+            eureka_app: "orders".into(),
+            pod: "p".into(),
+        };
+        let mut pod = inst("ORDERS", "pod-1");
+        pod.ip_addr = "10.0.9.9".into();
+        r.apply(
+            Command::UpsertPod {
+                info: pod,
+                owner,
+                overrides: PodOverrides::NONE,
+            },
+            T0,
+        );
+        renew(&mut r, "ORDERS", "o-01", T0 + 20_000);
+        let scan = |r: &mut Registry, now: i64| {
+            let ids: Vec<String> = r.full_view().apps[0]
+                .instances
+                .iter()
+                .map(|i| i.id().to_string())
+                .collect();
+            ids.iter()
+                .filter(|id| {
+                    let e = r.store.get("ORDERS", id).unwrap();
+                    e.holding.expires() && e.lease.is_expired(now, 0, mode)
+                })
+                .count() as u64
+        };
+        for now in (T0..T0 + 130_000)
+            .step_by(5_000)
+            .chain([T0 + 30_000, T0 + 30_001, T0 + 50_001])
+        {
+            assert_eq!(r.stats(now).expired, scan(&mut r, now), "{mode:?} at +{} ms", now - T0);
+        }
+        assert_eq!(
+            r.stats(T0 + 30_001).expired,
+            2,
+            "{mode:?}: two unrenewed leases expired"
+        );
+        assert_eq!(r.stats(T0 + 200_000).expired, 3, "{mode:?}: every client lease, no pod");
+    }
 }
 
 #[test]

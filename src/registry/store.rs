@@ -1,0 +1,440 @@
+//! The stored instances and every index kept over them, with one owner: [`Store`]'s methods are
+//! the only way to add, change or remove an entry, and each keeps the indices in step (the counts
+//! by status behind the hash code, the counts by origin, the bytes of text the caps measure, the
+//! owner index, the expiry order of the leases that expire, the delta's change log and the
+//! versions caches read). The registry's rules decide what to write; this module only stores it.
+//!
+//! The expiry order lets a scrape count expired leases, and an eviction run find them, in time
+//! proportional to what has expired, not to the size of the registry.
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::Arc,
+};
+
+use super::{
+    PodOverrides, PodOwner,
+    adoption::Adoption,
+    changes::ChangeLog,
+    instance::{ActionType, InstanceInfo, Status},
+    lease::{ExpiryMode, Lease},
+    owners::Owners,
+    view::{InstanceView, LeaseView, Origin, StatusCounts},
+};
+
+/// A REST override on a pod instance that the pod's annotation does not show yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum RestOverride {
+    Set(Status),
+    Deleted,
+}
+
+impl RestOverride {
+    /// Whether the annotation now records it (from then on the annotation is the truth, so a
+    /// `kubectl` edit of the annotation takes effect).
+    pub(super) fn persisted(self, annotation: Option<Status>) -> bool {
+        match self {
+            RestOverride::Set(s) => annotation == Some(s),
+            RestOverride::Deleted => annotation.is_none(),
+        }
+    }
+}
+
+/// How the registry holds an instance: what its [`Origin`] is, plus what a pod instance needs.
+#[derive(Clone, Debug)]
+pub(super) enum Holding {
+    Native,
+    Replicated,
+    Pod {
+        owner: PodOwner,
+        /// What the pod's state maps to (before overrides).
+        reported: Status,
+        /// The overrides Kubernetes holds for the pod.
+        overrides: PodOverrides,
+        /// A REST override, until the pod's annotation shows it.
+        rest: Option<RestOverride>,
+    },
+    /// A native or replicated registration adopted for a pod.
+    Adopted(Adoption),
+}
+
+impl Holding {
+    pub(super) fn kind(&self) -> Origin {
+        match self {
+            Holding::Native => Origin::Native,
+            Holding::Replicated => Origin::Replicated,
+            Holding::Pod { .. } => Origin::Pod,
+            Holding::Adopted(_) => Origin::Adopted,
+        }
+    }
+
+    pub(super) fn is_pod(&self) -> bool {
+        matches!(self, Holding::Pod { .. })
+    }
+
+    /// The EurekaApp's pod the instance is held for: pod instances and adopted registrations.
+    pub(super) fn owner(&self) -> Option<&PodOwner> {
+        match self {
+            Holding::Pod { owner, .. } => Some(owner),
+            Holding::Adopted(a) => Some(&a.owner),
+            Holding::Native | Holding::Replicated => None,
+        }
+    }
+
+    /// Whether the lease expires (and counts toward self-preservation): native and replicated
+    /// instances. Pod instances and adopted registrations live as long as their pods.
+    pub(super) fn expires(&self) -> bool {
+        matches!(self, Holding::Native | Holding::Replicated)
+    }
+}
+
+/// One stored instance.
+#[derive(Clone, Debug)]
+pub(super) struct Entry {
+    /// The instance as shown (status after the override rules), shared with readers.
+    pub(super) info: Arc<InstanceInfo>,
+    /// Its lease.
+    pub(super) lease: Lease,
+    /// Who holds it, which decides expiry, eviction and self-preservation.
+    pub(super) holding: Holding,
+    /// Registered from a copy of a peer's registry (`Command::RegisterCopy`).
+    pub(super) copied: bool,
+}
+
+/// Application name → instance id → entry. The names are shared with the change log and the
+/// owner and expiry indices.
+type Apps = HashMap<Arc<str>, HashMap<Arc<str>, Entry>>;
+
+/// The instances and their indices. See the module docs.
+#[derive(Debug)]
+pub(super) struct Store {
+    apps: Apps,
+    /// When leases expire (Java's double duration or the fix).
+    mode: ExpiryMode,
+    /// Instances per status, for the hash code.
+    counts: StatusCounts,
+    /// Instances per origin (indexed by [`slot`]).
+    by_origin: [u64; 4],
+    /// Bytes of text of every stored instance (what `limits.max_registry_bytes` caps).
+    text_bytes: usize,
+    /// The instances each EurekaApp holds (pod and adopted).
+    owners: Owners,
+    /// The leases that expire, by the time they do: `(deadline, app, id)`.
+    expiring: BTreeSet<(i64, Arc<str>, Arc<str>)>,
+    /// The delta's change log, by application, pruned after the retention time.
+    changes: ChangeLog,
+    /// Bumped by every change a fetch shows (heartbeats do not).
+    version: u64,
+    /// The registry version of each application's last change (for per-application caches).
+    app_versions: HashMap<Arc<str>, u64>,
+}
+
+/// The position of an origin in [`Store::by_origin`].
+fn slot(origin: Origin) -> usize {
+    match origin {
+        Origin::Native => 0,
+        Origin::Replicated => 1,
+        Origin::Pod => 2,
+        Origin::Adopted => 3,
+    }
+}
+
+/// The key `map` already holds for `name`, shared, or a new one.
+fn shared_name<V>(map: &HashMap<Arc<str>, V>, name: &str) -> Arc<str> {
+    match map.get_key_value(name) {
+        Some((k, _)) => k.clone(),
+        None => Arc::from(name),
+    }
+}
+
+impl Store {
+    pub(super) fn new(mode: ExpiryMode) -> Store {
+        Store {
+            apps: HashMap::new(),
+            mode,
+            counts: StatusCounts::default(),
+            by_origin: [0; 4],
+            text_bytes: 0,
+            owners: Owners::default(),
+            expiring: BTreeSet::new(),
+            changes: ChangeLog::default(),
+            version: 1,
+            app_versions: HashMap::new(),
+        }
+    }
+
+    // === reads ===
+
+    pub(super) fn get(&self, app: &str, id: &str) -> Option<&Entry> {
+        self.apps.get(app).and_then(|a| a.get(id))
+    }
+
+    /// One application's entries (never empty: an application goes with its last instance).
+    pub(super) fn app(&self, app: &str) -> Option<&HashMap<Arc<str>, Entry>> {
+        self.apps.get(app)
+    }
+
+    pub(super) fn apps(&self) -> impl Iterator<Item = (&Arc<str>, &HashMap<Arc<str>, Entry>)> {
+        self.apps.iter()
+    }
+
+    pub(super) fn entries(&self) -> impl Iterator<Item = &Entry> {
+        self.apps.values().flat_map(|a| a.values())
+    }
+
+    pub(super) fn application_count(&self) -> usize {
+        self.apps.len()
+    }
+
+    pub(super) fn counts(&self) -> &StatusCounts {
+        &self.counts
+    }
+
+    /// Instances of one origin.
+    pub(super) fn held(&self, origin: Origin) -> u64 {
+        self.by_origin[slot(origin)]
+    }
+
+    pub(super) fn text_bytes(&self) -> usize {
+        self.text_bytes
+    }
+
+    pub(super) fn version(&self) -> u64 {
+        self.version
+    }
+
+    pub(super) fn app_version(&self, app: &str) -> Option<u64> {
+        self.app_versions.get(app).copied()
+    }
+
+    pub(super) fn changes(&self) -> &ChangeLog {
+        &self.changes
+    }
+
+    /// The entries held for one EurekaApp (pod instances and adopted registrations), from the
+    /// owner index: what that EurekaApp holds, not the whole registry.
+    pub(super) fn owned_by<'a>(&'a self, namespace: &str, eureka_app: &str) -> impl Iterator<Item = &'a Entry> {
+        self.owners
+            .of(namespace, eureka_app)
+            .filter_map(|(app, id)| self.get(app, id))
+    }
+
+    /// The expiring leases that are expired at `now` with `additional_ms` of grace, as
+    /// `(app, id)`, soonest expired first; costs what has expired.
+    pub(super) fn expired(&self, now: i64, additional_ms: i64) -> impl Iterator<Item = (&Arc<str>, &Arc<str>)> {
+        // `now > deadline + additional` ⇔ `deadline < now - additional`.
+        let below: (i64, Arc<str>, Arc<str>) = (now.saturating_sub(additional_ms), Arc::from(""), Arc::from(""));
+        self.expiring.range(..below).map(|(_, app, id)| (app, id))
+    }
+
+    /// The names `app` and `id` are stored under, shared (none when not stored).
+    pub(super) fn keys(&self, app: &str, id: &str) -> Option<(Arc<str>, Arc<str>)> {
+        let (app_key, instances) = self.apps.get_key_value(app)?;
+        let (id_key, _) = instances.get_key_value(id)?;
+        Some((app_key.clone(), id_key.clone()))
+    }
+
+    pub(super) fn lease_view(&self, e: &Entry) -> LeaseView {
+        LeaseView {
+            renewal_interval_secs: e.info.lease.normalised().renewal_interval_secs,
+            duration_secs: (e.lease.duration_ms / 1000) as i32,
+            registration_ts: e.lease.registration_ts,
+            last_renewal_ts: e.lease.last_update(self.mode),
+            eviction_ts: e.lease.eviction_ts,
+            service_up_ts: e.lease.service_up_ts,
+        }
+    }
+
+    pub(super) fn view(&self, e: &Entry) -> InstanceView {
+        InstanceView {
+            info: e.info.clone(),
+            lease: self.lease_view(e),
+            origin: e.holding.kind(),
+        }
+    }
+
+    pub(super) fn view_of(&self, app: &str, id: &str) -> Option<InstanceView> {
+        self.get(app, id).map(|e| self.view(e))
+    }
+
+    // === writes ===
+
+    /// When an entry's lease expires, if it is one that does.
+    fn deadline(&self, e: &Entry) -> Option<i64> {
+        e.holding
+            .expires()
+            .then(|| e.lease.last_update(self.mode) + e.lease.duration_ms)
+    }
+
+    /// Takes an entry out of the indices (not out of the map).
+    fn unindex(&mut self, app: &Arc<str>, id: &Arc<str>, e: &Entry) {
+        self.counts.remove(e.info.status);
+        self.by_origin[slot(e.holding.kind())] = self.by_origin[slot(e.holding.kind())].saturating_sub(1);
+        self.text_bytes -= e.info.text_bytes();
+        if let Some(d) = self.deadline(e) {
+            self.expiring.remove(&(d, app.clone(), id.clone()));
+        }
+    }
+
+    /// Puts an entry into the indices.
+    fn index(&mut self, app: &Arc<str>, id: &Arc<str>, e: &Entry) {
+        self.counts.add(e.info.status);
+        self.by_origin[slot(e.holding.kind())] += 1;
+        self.text_bytes += e.info.text_bytes();
+        if let Some(d) = self.deadline(e) {
+            self.expiring.insert((d, app.clone(), id.clone()));
+        }
+    }
+
+    fn record_change(&mut self, now: i64, app: &Arc<str>, id: &Arc<str>, removed: Option<InstanceView>) {
+        self.version += 1;
+        self.changes.record(now, self.version, app, id, removed);
+        self.app_versions.insert(app.clone(), self.version);
+    }
+
+    /// Inserts or replaces an entry and logs an ADDED change.
+    pub(super) fn put(&mut self, entry: Entry, now: i64) {
+        let app_key = shared_name(&self.apps, &entry.info.app);
+        let old = self
+            .apps
+            .get_mut(&app_key)
+            .and_then(|a| a.remove_entry(entry.info.id()));
+        let id_key = match &old {
+            Some((key, old)) => {
+                self.unindex(&app_key, key, old);
+                key.clone()
+            }
+            None => Arc::from(entry.info.id()),
+        };
+        self.index(&app_key, &id_key, &entry);
+        self.owners.moved(
+            &app_key,
+            &id_key,
+            old.as_ref().and_then(|(_, o)| o.holding.owner()),
+            entry.holding.owner(),
+        );
+        self.apps
+            .entry(app_key.clone())
+            .or_default()
+            .insert(id_key.clone(), entry);
+        self.record_change(now, &app_key, &id_key, None);
+    }
+
+    /// Edits a stored instance (copy-on-write), marks it MODIFIED and logs the change.
+    pub(super) fn modify(&mut self, app: &str, id: &str, now: i64, edit: impl FnOnce(&mut InstanceInfo)) {
+        let Some((app_key, id_key)) = self.keys(app, id) else {
+            return;
+        };
+        self.update(app, id, |e| {
+            let info = Arc::make_mut(&mut e.info);
+            edit(info);
+            info.action_type = Some(ActionType::Modified);
+            info.last_updated_timestamp = now;
+        });
+        self.record_change(now, &app_key, &id_key, None);
+    }
+
+    /// Changes an entry's lease, holding or flags, or its description without a change to the
+    /// delta (what a peer's heartbeat corrects quietly), re-indexing what the edit moved.
+    /// Returns `None` when `app`/`id` is not stored.
+    pub(super) fn update<R>(&mut self, app: &str, id: &str, edit: impl FnOnce(&mut Entry) -> R) -> Option<R> {
+        let (app_key, id_key) = self.keys(app, id)?;
+        let mut entry = self.apps.get_mut(app)?.remove(id)?;
+        let owner_before = entry.holding.owner().cloned();
+        self.unindex(&app_key, &id_key, &entry);
+        let result = edit(&mut entry);
+        self.index(&app_key, &id_key, &entry);
+        self.owners
+            .moved(&app_key, &id_key, owner_before.as_ref(), entry.holding.owner());
+        self.apps.get_mut(app)?.insert(id_key, entry);
+        Some(result)
+    }
+
+    /// A heartbeat's renewal: the lease only (the hot path: no owner or text bookkeeping).
+    pub(super) fn renew(&mut self, app: &str, id: &str, now: i64) {
+        let Some((app_key, instances)) = self.apps.get_key_value(app) else {
+            return;
+        };
+        let Some((id_key, e)) = instances.get_key_value(id) else {
+            return;
+        };
+        let before = self.deadline(e);
+        let (app_key, id_key) = (app_key.clone(), id_key.clone());
+        let e = self.apps.get_mut(app).and_then(|a| a.get_mut(id)).expect("present");
+        e.lease.renew(now);
+        let after = e
+            .holding
+            .expires()
+            .then(|| e.lease.last_update(self.mode) + e.lease.duration_ms);
+        if before != after {
+            if let Some(d) = before {
+                self.expiring.remove(&(d, app_key.clone(), id_key.clone()));
+            }
+            if let Some(d) = after {
+                self.expiring.insert((d, app_key, id_key));
+            }
+        }
+    }
+
+    /// Removes an entry, cancels its lease and logs a DELETED change with its last state, which
+    /// it returns.
+    pub(super) fn remove(&mut self, app: &str, id: &str, now: i64) -> Option<InstanceView> {
+        let (app_key, id_key) = self.keys(app, id)?;
+        let mut entry = self.apps.get_mut(app)?.remove(id)?;
+        self.owners.moved(&app_key, &id_key, entry.holding.owner(), None);
+        self.unindex(&app_key, &id_key, &entry);
+        entry.lease.cancel(now);
+        let info = Arc::make_mut(&mut entry.info);
+        info.action_type = Some(ActionType::Deleted);
+        info.last_updated_timestamp = now;
+        let view = self.view(&entry);
+        self.record_change(now, &app_key, &id_key, Some(view.clone()));
+        if self.apps.get(app).is_some_and(|a| a.is_empty()) {
+            // Names of gone applications are not kept (clients may invent any number of them).
+            self.apps.remove(app);
+            self.app_versions.remove(app);
+        }
+        Some(view)
+    }
+
+    /// Drops delta entries older than `horizon`; a visible change when any went.
+    pub(super) fn prune_changes(&mut self, now: i64, horizon: i64) {
+        if let Some(touched) = self.changes.prune(horizon) {
+            self.version += 1;
+            self.changes.pruned_at(now, horizon, self.version, touched);
+        }
+    }
+
+    /// Checks every index against a scan of the entries (after each command in tests).
+    #[cfg(test)]
+    pub(super) fn assert_indices(&self) {
+        let mut owners: Vec<(String, String, String, String)> = Vec::new();
+        let (mut counts, mut by_origin, mut text_bytes) = (StatusCounts::default(), [0u64; 4], 0usize);
+        let mut expiring = BTreeSet::new();
+        for (app, entries) in &self.apps {
+            assert!(!entries.is_empty(), "application {app} is kept empty");
+            for (id, e) in entries {
+                if let Some(o) = e.holding.owner() {
+                    owners.push((
+                        o.namespace.clone(),
+                        o.eureka_app.clone(),
+                        app.to_string(),
+                        id.to_string(),
+                    ));
+                }
+                counts.add(e.info.status);
+                by_origin[slot(e.holding.kind())] += 1;
+                text_bytes += e.info.text_bytes();
+                if let Some(d) = self.deadline(e) {
+                    expiring.insert((d, app.clone(), id.clone()));
+                }
+            }
+        }
+        owners.sort();
+        assert_eq!(self.owners.all(), owners, "the owner index is out of step");
+        assert_eq!(self.counts, counts, "the counts by status are out of step");
+        assert_eq!(self.by_origin, by_origin, "the counts by origin are out of step");
+        assert_eq!(self.text_bytes, text_bytes, "the bytes of text are out of step");
+        assert_eq!(self.expiring, expiring, "the expiry order is out of step");
+    }
+}
