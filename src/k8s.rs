@@ -137,14 +137,14 @@ pub fn start(
 }
 
 /// The metrics of the cluster subsystem's tasks, registered once.
-struct SubsystemMetrics {
+pub(crate) struct SubsystemMetrics {
     controller: controller::Metrics,
     overrides: overrides::Metrics,
     discovery_watch_errors: Counter,
 }
 
 impl SubsystemMetrics {
-    fn registered(metrics: &crate::metrics::Metrics) -> Self {
+    pub(crate) fn registered(metrics: &crate::metrics::Metrics) -> Self {
         let this = Self {
             controller: controller::Metrics::default(),
             overrides: overrides::Metrics::default(),

@@ -149,17 +149,17 @@ mod readme {
         assert_eq!(crate_uses(text), vec!["api", "registry", "health"]);
     }
 
-    /// README's module map names every module of `src/` (test-only files aside), so it cannot
-    /// fall behind the code.
+    /// The module map (`docs/src/design/modules.md`) names every module of `src/` (test-only
+    /// files aside), so it cannot fall behind the code.
     #[test]
     fn the_module_map_names_every_module() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let readme = include_str!("../README.md");
-        let map = readme
-            .split("### Module map")
+        let page = include_str!("../docs/src/design/modules.md");
+        let map = page
+            .split("## Module map")
             .nth(1)
             .and_then(|rest| rest.split("\n## ").next())
-            .expect("README has a module map under Architecture");
+            .expect("docs/src/design/modules.md has a `## Module map` section");
         let mut files = Vec::new();
         modules(&root.join("src"), &mut files);
         let test_only = |p: &str| p.ends_with("/tests.rs") || p.contains("/tests/") || p.ends_with("/props.rs");
@@ -168,7 +168,10 @@ mod readme {
             if test_only(&rel) {
                 continue;
             }
-            assert!(map.contains(&format!("`{rel}`")), "README's module map lacks `{rel}`");
+            assert!(
+                map.contains(&format!("`{rel}`")),
+                "the module map (docs/src/design/modules.md) lacks `{rel}`"
+            );
         }
         // Its layer column is LAYERS: a row whose first cell starts with a number begins a layer.
         let mut current = 0u8;
@@ -181,10 +184,141 @@ mod readme {
                 if cells[2].contains(&format!("`src/{module}.rs`")) {
                     assert_eq!(
                         current, *layer,
-                        "README's module map puts `src/{module}.rs` on another layer"
+                        "the module map (docs/src/design/modules.md) puts `src/{module}.rs` on another layer"
                     );
                 }
             }
         }
+    }
+
+    /// The renderers of the generated reference pages, shared with `docgen` (which alone uses
+    /// `PAGES`).
+    #[allow(dead_code)]
+    mod pages {
+        include!("bin/docgen/pages.rs");
+    }
+
+    /// Fails unless the committed page `docs/src/reference/{name}` is what the code renders now,
+    /// naming the first line that differs and the command that regenerates it.
+    fn assert_current(name: &str, rendered: &str, committed: &str) {
+        if rendered == committed {
+            return;
+        }
+        let line = rendered
+            .lines()
+            .zip(committed.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or_else(|| rendered.lines().count().min(committed.lines().count()));
+        panic!(
+            "docs/src/reference/{name} is not what the code renders (first difference at line {}):\n  \
+             committed: {:?}\n  rendered:  {:?}\nrun `{}` and commit the result",
+            line + 1,
+            committed.lines().nth(line).unwrap_or("<end>"),
+            rendered.lines().nth(line).unwrap_or("<end>"),
+            pages::REGENERATE,
+        );
+    }
+
+    /// The reference pages (EurekaApp fields, flags, metrics) are what `docgen` renders from the
+    /// code now, so a field, flag or metric cannot change without its documentation.
+    #[test]
+    fn the_reference_pages_are_current() {
+        use clap::CommandFactory;
+        use kube::CustomResourceExt;
+        let crd = serde_json::to_value(crate::k8s::crd::EurekaApp::crd()).unwrap();
+        assert_current(
+            "eurekaapp.md",
+            &pages::eurekaapp(&crd),
+            include_str!("../docs/src/reference/eurekaapp.md"),
+        );
+        assert_current(
+            "flags.md",
+            &pages::flags(&crate::config::Args::command()),
+            include_str!("../docs/src/reference/flags.md"),
+        );
+        let (exposition, registry) = catalogue();
+        assert_current(
+            "metrics.md",
+            &pages::metrics(&exposition, &registry),
+            include_str!("../docs/src/reference/metrics.md"),
+        );
+    }
+
+    /// The metrics catalogue in its two forms: the text exposition and the registry's `Debug`.
+    fn catalogue() -> (String, String) {
+        let metrics = crate::runtime::metrics_catalogue();
+        (metrics.encode(), metrics.with_prometheus(|r| format!("{r:?}")))
+    }
+
+    /// Every metric the code registers (`register("name", "help", ..)`) or describes in a
+    /// collector (`encode_descriptor("name", "help", ..)`) is in the catalogue the metrics page
+    /// is rendered from, with that help, and has a known kind: a subsystem whose metrics
+    /// `runtime::metrics_catalogue` does not register fails here.
+    #[test]
+    fn the_metrics_catalogue_holds_every_registered_metric() {
+        let (exposition, registry) = catalogue();
+        let catalogue = pages::catalogue(&exposition, &registry);
+        for (name, kind, _) in &catalogue {
+            assert_ne!(
+                kind, "unknown",
+                "{name}: add its kind to FAMILY_KINDS in src/bin/docgen/pages.rs"
+            );
+        }
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut files = Vec::new();
+        modules(&root.join("src"), &mut files);
+        let mut found = 0;
+        for file in files {
+            let rel = file.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            if rel.starts_with("src/bin/") || rel.ends_with("/tests.rs") || rel.contains("/tests/") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&file).unwrap();
+            let code: String = text
+                .split("#[cfg(test)]\nmod tests")
+                .next()
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("//"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            for (name, help) in described(&code) {
+                found += 1;
+                let listed = catalogue.iter().any(|(n, _, h)| {
+                    (n == &format!("eureka_{name}") || n.ends_with(&format!("_{name}")))
+                        && (h == &help || h == &format!("{help}."))
+                });
+                assert!(
+                    listed,
+                    "{rel} registers the metric `{name}` ({help:?}), which runtime::metrics_catalogue lacks or describes otherwise"
+                );
+            }
+        }
+        assert!(
+            found >= 20,
+            "found only {found} metric registrations in src/: is `described` still reading them?"
+        );
+    }
+
+    /// The (name, help) pairs of `register(` and `encode_descriptor(` calls whose first two
+    /// arguments are string literals.
+    fn described(code: &str) -> Vec<(String, String)> {
+        fn literal(s: &str) -> Option<(&str, &str)> {
+            let body = s.trim_start().strip_prefix('"')?;
+            let end = body.find('"')?;
+            Some((&body[..end], &body[end + 1..]))
+        }
+        let mut out = Vec::new();
+        for call in ["register(", "encode_descriptor("] {
+            for (i, _) in code.match_indices(call) {
+                let args = &code[i + call.len()..];
+                let Some((name, rest)) = literal(args) else { continue };
+                let Some((help, _)) = rest.trim_start().strip_prefix(',').and_then(literal) else {
+                    continue;
+                };
+                out.push((name.to_string(), help.to_string()));
+            }
+        }
+        out
     }
 }

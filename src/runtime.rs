@@ -396,3 +396,21 @@ fn start_peer_list(
     supervisor.spawn("peer list", Expect::RunsForever, run);
     Ok(listed)
 }
+
+/// Every metric the process exports, registered as `run` registers them but with nothing behind
+/// them (no cluster, peer or listener), for `docgen metrics` to document. A labelled family shows
+/// in the exposition only once a series has a value, so the registry's `Debug` form names the rest.
+pub fn metrics_catalogue() -> Arc<Metrics> {
+    let registry = Registry::new(RegistryConfig::default(), 0);
+    let state = AppState::new(registry, Arc::new(SystemClock), false, Default::default());
+    let metrics = Metrics::new();
+    let (_lead, leader) = watch::channel(Lead::Always);
+    metrics.with_prometheus(|r| r.register_collector(Box::new(RegistryCollector(state))));
+    k8s::SubsystemMetrics::registered(&metrics);
+    metrics.with_prometheus(|r| {
+        r.register_collector(Box::new(crate::leadership::LeaderGauge(leader)));
+        replication::Metrics::default().register(r);
+        api::server::Metrics::default().register(r);
+    });
+    metrics
+}
