@@ -21,12 +21,12 @@ use std::{
 };
 
 use eureka_operator::{
-    cache::Key,
+    cache::PayloadKey,
     codec::Format,
     k8s::{
         crd::EurekaAppSpec,
         index::{Index, Scope},
-        plan::{self, Context, Target},
+        plan::{self, Facts, Target},
         pods::{Interner, PodInfo, WatchedPod},
     },
     registry::{Command, Registry, RegistryConfig},
@@ -188,7 +188,7 @@ fn main() {
             name: "svc",
             spec: &spec,
         };
-        let ctx = Context {
+        let ctx = Facts {
             cluster_id: "bench",
             cluster_domain: "cluster.local",
             node_zones: &zones,
@@ -215,7 +215,7 @@ fn main() {
     let registry_only = live() - before;
     let payloads: Vec<_> = runtime.block_on(async {
         let mut out = Vec::new();
-        for key in [Key::Full, Key::Delta] {
+        for key in [PayloadKey::Full, PayloadKey::Delta] {
             for format in [Format::Json, Format::Xml] {
                 let p = state.payload(key.clone(), format).await;
                 p.gzip();

@@ -297,7 +297,7 @@ pub struct Listeners {
     /// `/metrics`, `/livez`, `/readyz`.
     pub admin: Bound,
     /// Timeouts and limits of both listeners.
-    pub http: server::HttpSettings,
+    pub http: server::HttpConfig,
     /// TLS for the Eureka listener (the admin listener stays plain: probes and scrapes).
     pub tls: Option<Arc<crate::tls::ServerTls>>,
 }
@@ -333,7 +333,7 @@ pub async fn start(
     let (eureka_addr, admin_addr) = (listeners.eureka.addr, listeners.admin.addr);
     let tls = listeners.tls;
     tracing::info!(eureka = %eureka_addr, admin = %admin_addr, auth = access.is_some(), tls = tls.is_some(), "serving");
-    let http_metrics = server::Metrics::default();
+    let http_metrics = server::ServerMetrics::default();
     api.metrics.with_prometheus(|r| http_metrics.register(r));
     let admin_app = admin::router(admin::Admin {
         metrics: api.metrics.clone(),

@@ -29,7 +29,7 @@ use crate::codec::Format;
 
 /// What a payload is.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Key {
+pub enum PayloadKey {
     Full,
     Delta,
     App(String),
@@ -209,7 +209,7 @@ const MAX_ENTRIES: usize = 1000;
 /// Single applications and VIPs, encoded whole once per registry version and format.
 #[derive(Default)]
 pub struct ResponseCache {
-    slots: Mutex<HashMap<(Key, Format), Slot>>,
+    slots: Mutex<HashMap<(PayloadKey, Format), Slot>>,
 }
 
 impl ResponseCache {
@@ -219,7 +219,7 @@ impl ResponseCache {
 
     /// The payload for `key`/`format` at registry `version`, encoding it with `encode` (on a
     /// blocking thread) if no reader has yet.
-    pub async fn get<F>(&self, key: Key, format: Format, version: u64, encode: F) -> Arc<Payload>
+    pub async fn get<F>(&self, key: PayloadKey, format: Format, version: u64, encode: F) -> Arc<Payload>
     where
         F: FnOnce() -> Vec<u8> + Send + 'static,
     {
@@ -270,7 +270,7 @@ mod tests {
                 s.as_bytes().to_vec()
             }
         };
-        let key = || Key::App("A".into());
+        let key = || PayloadKey::App("A".into());
         let mut readers = Vec::new();
         for _ in 0..16 {
             let c = calls.clone();
@@ -307,7 +307,9 @@ mod tests {
     async fn many_names_start_the_cache_over() {
         let cache = ResponseCache::new();
         for i in 0..MAX_ENTRIES + 10 {
-            cache.get(Key::App(format!("APP-{i}")), Format::Json, 1, Vec::new).await;
+            cache
+                .get(PayloadKey::App(format!("APP-{i}")), Format::Json, 1, Vec::new)
+                .await;
         }
         assert!(cache.len() < MAX_ENTRIES);
     }

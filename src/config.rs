@@ -466,8 +466,8 @@ impl PeerArgs {
         &self,
         replica_id: &str,
         access: Option<&crate::api::auth::Access>,
-    ) -> crate::replication::Settings {
-        crate::replication::Settings {
+    ) -> crate::replication::ReplicationConfig {
+        crate::replication::ReplicationConfig {
             limits: crate::replication::batcher::Limits {
                 capacity: self.max_elements_in_peer_replication_pool as usize,
                 max_age: Duration::from_millis(self.max_time_for_replication),
@@ -505,12 +505,17 @@ impl KubernetesArgs {
     }
 
     /// The cluster subsystem's settings, for an operator running in `namespace`.
-    pub fn cluster_settings(&self, namespace: &str, peers: &PeerArgs, me: &identity::Identity) -> crate::k8s::Settings {
+    pub fn cluster_settings(
+        &self,
+        namespace: &str,
+        peers: &PeerArgs,
+        me: &identity::Identity,
+    ) -> crate::k8s::ClusterConfig {
         let peer_service = peers.peer_service.as_ref().map(|s| match s.split_once('/') {
             Some((ns, name)) => (ns.to_string(), name.to_string()),
             None => (namespace.to_string(), s.clone()),
         });
-        crate::k8s::Settings {
+        crate::k8s::ClusterConfig {
             cluster_id: self.cluster_id.clone(),
             cluster_domain: self.cluster_domain.clone(),
             namespaces: self.watch_namespaces.clone(),

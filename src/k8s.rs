@@ -28,9 +28,9 @@ use crate::{
     supervisor::{Expect, Shutdown, Supervisor},
 };
 
-/// Settings of the cluster subsystem (validated by `config`).
+/// The cluster subsystem's configuration (validated by `config`).
 #[derive(Clone, Debug)]
-pub struct Settings {
+pub struct ClusterConfig {
     /// `--cluster-id`; `None` derives it from the `kube-system` namespace's UID.
     pub cluster_id: Option<String>,
     pub cluster_domain: String,
@@ -72,7 +72,7 @@ pub enum Error {
 }
 
 /// What the cluster subsystem's tasks share with the rest of the process.
-pub struct Wiring {
+pub struct ClusterWiring {
     pub state: AppState,
     pub health: Arc<Health>,
     pub leader: channel::Sender<crate::leadership::Lead>,
@@ -88,8 +88,8 @@ pub struct Wiring {
 /// Starts the Lease election, the controller, the override persister and replica discovery.
 pub fn start(
     config: kube::Config,
-    settings: Settings,
-    wiring: Wiring,
+    settings: ClusterConfig,
+    wiring: ClusterWiring,
     supervisor: &mut Supervisor,
 ) -> Result<Cluster, Error> {
     let client = Client::try_from(config).map_err(Error::Client)?;
@@ -111,7 +111,7 @@ pub fn start(
         supervisor,
     );
     let (id_tx, id_rx) = channel::channel(settings.cluster_id.clone());
-    let controller = ControllerWiring {
+    let controller = ControllerTask {
         client: client.clone(),
         leader,
         metrics: metrics.controller,
@@ -138,16 +138,16 @@ pub fn start(
 
 /// The metrics of the cluster subsystem's tasks, registered once.
 pub(crate) struct SubsystemMetrics {
-    controller: controller::Metrics,
-    overrides: overrides::Metrics,
+    controller: controller::ControllerMetrics,
+    overrides: overrides::OverrideMetrics,
     discovery_watch_errors: Counter,
 }
 
 impl SubsystemMetrics {
     pub(crate) fn registered(metrics: &crate::metrics::Metrics) -> Self {
         let this = Self {
-            controller: controller::Metrics::default(),
-            overrides: overrides::Metrics::default(),
+            controller: controller::ControllerMetrics::default(),
+            overrides: overrides::OverrideMetrics::default(),
             discovery_watch_errors: Counter::default(),
         };
         metrics.with_prometheus(|r| {
@@ -166,10 +166,10 @@ impl SubsystemMetrics {
 /// Writes REST status overrides of pod instances onto their pods, woken by registry changes.
 fn start_override_persister(
     client: &Client,
-    settings: &Settings,
+    settings: &ClusterConfig,
     state: &AppState,
     leader: crate::leadership::Leader,
-    metrics: overrides::Metrics,
+    metrics: overrides::OverrideMetrics,
     supervisor: &mut Supervisor,
 ) {
     let wake = Arc::new(Notify::new());
@@ -187,10 +187,10 @@ fn start_override_persister(
 }
 
 /// What the controller task takes from the subsystem.
-struct ControllerWiring {
+struct ControllerTask {
     client: Client,
     leader: crate::leadership::Leader,
-    metrics: controller::Metrics,
+    metrics: controller::ControllerMetrics,
     /// Told the cluster id once it is known.
     cluster_id: channel::Sender<Option<String>>,
     state: AppState,
@@ -201,7 +201,7 @@ struct ControllerWiring {
 }
 
 /// The controller: it learns the cluster id, then reconciles until shutdown.
-fn start_controller(settings: Settings, wiring: ControllerWiring, supervisor: &mut Supervisor) {
+fn start_controller(settings: ClusterConfig, wiring: ControllerTask, supervisor: &mut Supervisor) {
     let recorder = kube::runtime::events::Recorder::new(
         wiring.client.clone(),
         kube::runtime::events::Reporter {
@@ -217,7 +217,7 @@ fn start_controller(settings: Settings, wiring: ControllerWiring, supervisor: &m
         };
         tracing::info!(cluster_id = %cluster_id, "cluster identity");
         wiring.cluster_id.send_replace(Some(cluster_id.clone()));
-        let controller_settings = controller::Settings {
+        let controller_settings = controller::ControllerConfig {
             cluster_id,
             cluster_domain: settings.cluster_domain,
             namespaces: settings.namespaces,
@@ -227,7 +227,7 @@ fn start_controller(settings: Settings, wiring: ControllerWiring, supervisor: &m
             pod_watch_page_size: settings.pod_watch_page_size,
             sweep_interval: settings.sweep_interval,
         };
-        let parts = controller::Parts {
+        let parts = controller::ControllerWiring {
             client: wiring.client,
             state: wiring.state,
             leader: wiring.leader,
@@ -246,7 +246,7 @@ fn start_controller(settings: Settings, wiring: ControllerWiring, supervisor: &m
 /// `--peer-service` the list is empty from the start.
 fn start_replica_discovery(
     client: Client,
-    settings: Settings,
+    settings: ClusterConfig,
     watch_errors: Counter,
     health: Arc<Health>,
     supervisor: &mut Supervisor,

@@ -272,7 +272,7 @@ pub enum Reply {
 
 /// The replication actions of the batch protocol.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Action {
+pub enum ReplicationAction {
     Register,
     Heartbeat,
     Cancel,
@@ -280,24 +280,24 @@ pub enum Action {
     DeleteStatusOverride,
 }
 
-impl Action {
+impl ReplicationAction {
     pub fn as_str(self) -> &'static str {
         match self {
-            Action::Register => "Register",
-            Action::Heartbeat => "Heartbeat",
-            Action::Cancel => "Cancel",
-            Action::StatusUpdate => "StatusUpdate",
-            Action::DeleteStatusOverride => "DeleteStatusOverride",
+            ReplicationAction::Register => "Register",
+            ReplicationAction::Heartbeat => "Heartbeat",
+            ReplicationAction::Cancel => "Cancel",
+            ReplicationAction::StatusUpdate => "StatusUpdate",
+            ReplicationAction::DeleteStatusOverride => "DeleteStatusOverride",
         }
     }
 
-    pub fn parse(s: &str) -> Option<Action> {
+    pub fn parse(s: &str) -> Option<ReplicationAction> {
         [
-            Action::Register,
-            Action::Heartbeat,
-            Action::Cancel,
-            Action::StatusUpdate,
-            Action::DeleteStatusOverride,
+            ReplicationAction::Register,
+            ReplicationAction::Heartbeat,
+            ReplicationAction::Cancel,
+            ReplicationAction::StatusUpdate,
+            ReplicationAction::DeleteStatusOverride,
         ]
         .into_iter()
         .find(|a| a.as_str() == s)
@@ -309,7 +309,7 @@ impl Action {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Replication {
     /// Register, Heartbeat, Cancel, StatusUpdate or DeleteStatusOverride.
-    pub action: Action,
+    pub action: ReplicationAction,
     /// The application of the instance.
     pub app: String,
     /// The instance id.

@@ -45,14 +45,14 @@ use tokio::{
 };
 use tracing::Instrument;
 
-use batcher::{Backoff, Batcher, Failure, Limits, Taken};
+use batcher::{Batcher, Failure, Limits, PeerBackoff, Taken};
 use client::{PeerClient, PeerUrl};
 use sync::Retries;
 
 use crate::{
     health::{Condition, Health},
     registry::{
-        Action, Command, PeerKind, Replication, Writer,
+        Command, PeerKind, Replication, ReplicationAction, Writer,
         instance::InstanceInfo,
         view::{InstanceView, Origin},
     },
@@ -61,7 +61,7 @@ use crate::{
 };
 
 /// What the replication subsystem needs from the rest of the process.
-pub struct Wiring {
+pub struct ReplicationWiring {
     pub state: AppState,
     pub leader: crate::leadership::Leader,
     pub health: Arc<Health>,
@@ -81,10 +81,10 @@ pub struct Wiring {
 /// Starts replication: the replicator and its senders, the leader's jobs, and the start-up sync
 /// (which opens the registry for traffic).
 pub fn start(
-    settings: Settings,
+    settings: ReplicationConfig,
     retries: Retries,
-    wiring: Wiring,
-    metrics: Metrics,
+    wiring: ReplicationWiring,
+    metrics: ReplicationMetrics,
     supervisor: &mut Supervisor,
 ) -> Arc<Replicator> {
     let replicator = Replicator::new(
@@ -162,7 +162,7 @@ pub struct Targets {
 /// Pure: the peers a record is for, given who wrote it, the instance's origin, and whether we lead.
 pub fn route(record: &Replication, leader: bool) -> Targets {
     let pod = record.origin == Origin::Pod;
-    let adopted_registration = record.origin == Origin::Adopted && record.action == Action::Register;
+    let adopted_registration = record.origin == Origin::Adopted && record.action == ReplicationAction::Register;
     let (replicas, java) = match record.writer {
         // The leader's evictions: followers do not evict themselves.
         Writer::Expiry => (true, false),
@@ -183,7 +183,7 @@ pub fn route(record: &Replication, leader: bool) -> Targets {
 
 /// Replication settings (validated by `config`).
 #[derive(Clone, Debug)]
-pub struct Settings {
+pub struct ReplicationConfig {
     /// Each peer queue's bounds.
     pub limits: Limits,
     /// Connect timeout toward peers.
@@ -235,7 +235,7 @@ struct DropLabels {
 
 /// Replication metrics, labelled by peer.
 #[derive(Clone, Default)]
-pub struct Metrics {
+pub struct ReplicationMetrics {
     /// Tasks waiting per peer.
     queued: Family<PeerLabels, Gauge>,
     /// Tasks delivered per peer.
@@ -257,7 +257,7 @@ pub struct RepairLabels {
     pub action: &'static str,
 }
 
-impl Metrics {
+impl ReplicationMetrics {
     pub fn register(&self, registry: &mut prometheus_client::registry::Registry) {
         let r = registry.sub_registry_with_prefix("replication");
         r.register("queued", "Replication tasks waiting per peer", self.queued.clone());
@@ -333,8 +333,8 @@ pub struct Replicator {
     leader: crate::leadership::Leader,
     /// One queue per peer, by base URL.
     queues: Mutex<HashMap<String, Arc<PeerQueue>>>,
-    settings: Settings,
-    metrics: Metrics,
+    settings: ReplicationConfig,
+    metrics: ReplicationMetrics,
     /// Where peer problems (refused credentials) are reported.
     health: Arc<Health>,
     /// This cluster's id, once known (names this cluster's pod instances on peers).
@@ -368,13 +368,13 @@ impl Replicator {
     pub fn new(
         state: AppState,
         leader: crate::leadership::Leader,
-        settings: Settings,
-        metrics: Metrics,
+        settings: ReplicationConfig,
+        metrics: ReplicationMetrics,
         health: Arc<Health>,
         cluster_id: watch::Receiver<Option<String>>,
     ) -> Arc<Replicator> {
         Arc::new(Replicator {
-            client: PeerClient::from_settings(&settings),
+            client: PeerClient::from_config(&settings),
             state,
             leader,
             queues: Mutex::new(HashMap::new()),
@@ -513,7 +513,7 @@ impl Replicator {
 
     /// Sends one peer's batches until the peer is removed.
     async fn sender(self: Arc<Self>, q: Arc<PeerQueue>) {
-        let mut backoff = Backoff::default();
+        let mut backoff = PeerBackoff::default();
         let labels = q.labels();
         // Whether the last failure was about credentials (to log transitions, not every retry).
         let mut unauthorized = false;
@@ -605,7 +605,7 @@ impl Replicator {
         q: &PeerQueue,
         batch: Vec<Taken>,
         e: client::Error,
-        backoff: &mut Backoff,
+        backoff: &mut PeerBackoff,
         unauthorized: &mut bool,
     ) {
         let class = e.class();
@@ -652,7 +652,7 @@ impl Replicator {
     fn handle_answer(&self, q: &PeerQueue, record: &Replication, status: u16, entity: Option<InstanceInfo>) {
         match (record.action, status) {
             (_, 200..=299) => {}
-            (Action::Heartbeat, 404) => {
+            (ReplicationAction::Heartbeat, 404) => {
                 // The peer does not know the instance (or ours is newer): send our copy (to a
                 // replica, an adopted instance as its client registered it).
                 let copy = self.state.with_registry(|r, now| match q.kind {
@@ -663,7 +663,7 @@ impl Replicator {
                     self.enqueue(q, register_record(&view, record.writer), Instant::now());
                 }
             }
-            (Action::Heartbeat, _) if entity.is_some() => {
+            (ReplicationAction::Heartbeat, _) if entity.is_some() => {
                 // The peer's copy is newer: take it, as a replicated write from that peer.
                 // Its overriddenStatus, if any, becomes ours through the registration.
                 let Some(info) = entity else { return };
@@ -681,7 +681,7 @@ impl Replicator {
                 tracing::debug!(id = %record.id, reply = ?outcome.reply, "took a peer's newer copy");
                 self.metrics.conflicts_resolved.inc();
             }
-            (Action::Cancel, 404) => {}
+            (ReplicationAction::Cancel, 404) => {}
             (action, code) => {
                 tracing::debug!(peer = %q.url.display(), ?action, id = %record.id, code, "a peer refused a replicated write");
             }
@@ -715,7 +715,7 @@ fn failure_label(class: Failure) -> &'static str {
 
 fn register_record(view: &InstanceView, writer: Writer) -> Replication {
     Replication {
-        action: Action::Register,
+        action: ReplicationAction::Register,
         app: view.info.app.clone(),
         id: view.id().to_string(),
         last_dirty_timestamp: Some(view.info.last_dirty_timestamp),
@@ -729,7 +729,7 @@ fn register_record(view: &InstanceView, writer: Writer) -> Replication {
 
 fn cancel_record(info: &InstanceInfo, writer: Writer, origin: Origin) -> Replication {
     Replication {
-        action: Action::Cancel,
+        action: ReplicationAction::Cancel,
         app: info.app.clone(),
         id: info.id().to_string(),
         last_dirty_timestamp: None,
@@ -770,7 +770,7 @@ mod tests {
 
     fn rec(writer: Writer, origin: Origin) -> Replication {
         Replication {
-            action: Action::Register,
+            action: ReplicationAction::Register,
             app: "A".into(),
             id: "i".into(),
             last_dirty_timestamp: None,
@@ -808,7 +808,7 @@ mod tests {
         assert_eq!(route(&rec(Writer::Controller, Adopted), true), t(false, true));
         // Its heartbeats and cancels go everywhere, as a native instance's.
         let mut heartbeat = rec(Writer::Client, Adopted);
-        heartbeat.action = Action::Heartbeat;
+        heartbeat.action = ReplicationAction::Heartbeat;
         assert_eq!(route(&heartbeat, false), t(true, true));
     }
 }

@@ -141,7 +141,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     // The peer list is filled by the peers subsystem; the cluster subsystem reads it too.
     let (peers_tx, peers_rx) = watch::channel(Vec::new());
     let replication_settings = replication_settings(&args.peers, &args.serving, &me, guard.access.as_ref())?;
-    let peer_client = replication::client::PeerClient::from_settings(&replication_settings);
+    let peer_client = replication::client::PeerClient::from_config(&replication_settings);
     let cluster = start_cluster(
         &args.kubernetes,
         &args.peers,
@@ -240,7 +240,7 @@ fn replication_settings(
     serving: &crate::config::serving::ServingArgs,
     me: &Identity,
     access: Option<&api::auth::Access>,
-) -> anyhow::Result<replication::Settings> {
+) -> anyhow::Result<replication::ReplicationConfig> {
     let mut settings = peers.replication_settings(&me.replica, access);
     settings.tls = serving
         .peer_tls()
@@ -316,7 +316,7 @@ async fn start_cluster(
         Some(config) => {
             let namespace = operator_namespace(kubernetes, &config);
             let settings = kubernetes.cluster_settings(&namespace, peers, me);
-            let wiring = k8s::Wiring {
+            let wiring = k8s::ClusterWiring {
                 state: shared.state.clone(),
                 health: shared.health.clone(),
                 leader: leader_tx,
@@ -346,7 +346,7 @@ async fn start_cluster(
 
 /// Replication, with the start-up sync that opens the registry for traffic.
 fn start_replication(
-    settings: replication::Settings,
+    settings: replication::ReplicationConfig,
     retries: replication::sync::Retries,
     shared: &Shared,
     cluster: &Cluster,
@@ -354,7 +354,7 @@ fn start_replication(
     synced: crate::health::Condition,
     supervisor: &mut Supervisor,
 ) {
-    let wiring = replication::Wiring {
+    let wiring = replication::ReplicationWiring {
         state: shared.state.clone(),
         leader: cluster.leader.clone(),
         health: shared.health.clone(),
@@ -364,7 +364,7 @@ fn start_replication(
         in_cluster: cluster.in_cluster,
         synced,
     };
-    let metrics = replication::Metrics::default();
+    let metrics = replication::ReplicationMetrics::default();
     shared.metrics.with_prometheus(|r| metrics.register(r));
     replication::start(settings, retries, wiring, metrics, supervisor);
 }
@@ -409,8 +409,8 @@ pub fn metrics_catalogue() -> Arc<Metrics> {
     k8s::SubsystemMetrics::registered(&metrics);
     metrics.with_prometheus(|r| {
         r.register_collector(Box::new(crate::leadership::LeaderGauge(leader)));
-        replication::Metrics::default().register(r);
-        api::server::Metrics::default().register(r);
+        replication::ReplicationMetrics::default().register(r);
+        api::server::ServerMetrics::default().register(r);
     });
     metrics
 }

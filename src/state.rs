@@ -16,8 +16,8 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::{
     cache::{
-        Key, Payload, ResponseCache,
-        assembly::{Assembled, Kind, Source, Tuning},
+        Payload, PayloadKey, ResponseCache,
+        assembly::{Assembly, Kind, Source, Tuning},
     },
     codec::{self, Format},
     registry::{Command, Outcome, Registry},
@@ -52,7 +52,7 @@ struct Inner {
     version: AtomicU64,
     cache: ResponseCache,
     /// The full registry and the delta, in JSON and XML.
-    assembled: [Arc<Assembled>; 4],
+    assembled: [Arc<Assembly>; 4],
     clock: Arc<dyn Clock>,
     listeners: RwLock<Vec<Arc<dyn OutcomeListener>>>,
     registry_ready: AtomicBool,
@@ -82,7 +82,7 @@ impl AppState {
                     (Kind::Delta, Format::Json),
                     (Kind::Delta, Format::Xml),
                 ]
-                .map(|(kind, format)| Arc::new(Assembled::new(kind, format, tuning))),
+                .map(|(kind, format)| Arc::new(Assembly::new(kind, format, tuning))),
                 clock,
                 listeners: RwLock::new(Vec::new()),
                 registry_ready: AtomicBool::new(false),
@@ -134,7 +134,7 @@ impl AppState {
     }
 
     /// The full registry or the delta in `format`, as assembled from per-application fragments.
-    pub fn assembled(&self, kind: Kind, format: Format) -> &Arc<Assembled> {
+    pub fn assembled(&self, kind: Kind, format: Format) -> &Arc<Assembly> {
         let i = match (kind, format) {
             (Kind::Full, Format::Json) => 0,
             (Kind::Full, Format::Xml) => 1,
@@ -147,11 +147,11 @@ impl AppState {
     /// The encoded payload for `key` at the current registry version or newer: the full
     /// registry and the delta from their assemblies, others from the cache or encoded now
     /// (once per version).
-    pub async fn payload(&self, key: Key, format: Format) -> Arc<Payload> {
+    pub async fn payload(&self, key: PayloadKey, format: Format) -> Arc<Payload> {
         let version = self.version();
         match key {
-            Key::Full => self.assembled(Kind::Full, format).get(self, version).await,
-            Key::Delta => self.assembled(Kind::Delta, format).get(self, version).await,
+            PayloadKey::Full => self.assembled(Kind::Full, format).get(self, version).await,
+            PayloadKey::Delta => self.assembled(Kind::Delta, format).get(self, version).await,
             key => {
                 let state = self.clone();
                 let k = key.clone();
@@ -160,17 +160,17 @@ impl AppState {
                     .get(key, format, version, move || {
                         // Snapshot under the lock (Arc clones), encode after releasing it.
                         match k {
-                            Key::App(app) => match state.with_registry(|r, _| r.app_view(&app)) {
+                            PayloadKey::App(app) => match state.with_registry(|r, _| r.app_view(&app)) {
                                 Some(view) => codec::encode_app(&view, format),
                                 None => Vec::new(),
                             },
-                            Key::Vip(vip) => {
+                            PayloadKey::Vip(vip) => {
                                 codec::encode_apps(&state.with_registry(|r, _| r.vip_view(&vip, false)), format)
                             }
-                            Key::Svip(vip) => {
+                            PayloadKey::Svip(vip) => {
                                 codec::encode_apps(&state.with_registry(|r, _| r.vip_view(&vip, true)), format)
                             }
-                            Key::Full | Key::Delta => Vec::new(),
+                            PayloadKey::Full | PayloadKey::Delta => Vec::new(),
                         }
                     })
                     .await

@@ -81,7 +81,7 @@ pub fn install_default_provider() {
 
 /// Where the API's certificate and key are, and how often they are checked.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ServerTlsSettings {
+pub struct ServerTlsConfig {
     pub cert_file: PathBuf,
     pub key_file: PathBuf,
     pub reload_interval: Duration,
@@ -89,7 +89,7 @@ pub struct ServerTlsSettings {
 
 /// The API's TLS: a rustls configuration whose certificate can be swapped while it serves.
 pub struct ServerTls {
-    settings: ServerTlsSettings,
+    settings: ServerTlsConfig,
     resolver: Arc<Resolver>,
     /// The file contents the current pair was built from.
     loaded: Mutex<(Vec<u8>, Vec<u8>)>,
@@ -140,7 +140,7 @@ fn certificates(path: &Path, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>,
 }
 
 /// A certificate chain and its key, checked to belong together.
-fn certified_key(settings: &ServerTlsSettings, cert_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKey, Error> {
+fn certified_key(settings: &ServerTlsConfig, cert_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKey, Error> {
     let chain = certificates(&settings.cert_file, cert_pem)?;
     let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| Error::Key {
         path: settings.key_file.clone(),
@@ -155,7 +155,7 @@ fn certified_key(settings: &ServerTlsSettings, cert_pem: &[u8], key_pem: &[u8]) 
 
 impl ServerTls {
     /// Reads the certificate and key; an error names the file at fault.
-    pub fn load(settings: ServerTlsSettings) -> Result<Arc<ServerTls>, Error> {
+    pub fn load(settings: ServerTlsConfig) -> Result<Arc<ServerTls>, Error> {
         let cert_pem = read(&settings.cert_file)?;
         let key_pem = read(&settings.key_file)?;
         let key = certified_key(&settings, &cert_pem, &key_pem)?;
@@ -232,7 +232,7 @@ impl ServerTls {
 
 /// How replicas check the certificates of `https://` peers.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PeerTlsSettings {
+pub struct PeerTlsConfig {
     /// A PEM bundle of CA certificates to trust.
     pub ca_file: Option<PathBuf>,
     /// Whether the system's roots are trusted too.
@@ -251,8 +251,8 @@ pub struct PeerTls {
 }
 
 /// Both peer configurations: a Java server's certificate names its own host, never our Service.
-pub fn peer_tls(settings: &PeerTlsSettings) -> Result<PeerTls, Error> {
-    let others = PeerTlsSettings {
+pub fn peer_tls(settings: &PeerTlsConfig) -> Result<PeerTls, Error> {
+    let others = PeerTlsConfig {
         server_name: None,
         ..settings.clone()
     };
@@ -263,7 +263,7 @@ pub fn peer_tls(settings: &PeerTlsSettings) -> Result<PeerTls, Error> {
 }
 
 /// The client configuration for peers: HTTP/1.1, the configured roots, and the name override.
-pub fn peer_client_config(settings: &PeerTlsSettings) -> Result<ClientConfig, Error> {
+pub fn peer_client_config(settings: &PeerTlsConfig) -> Result<ClientConfig, Error> {
     let provider = provider();
     let mut roots = RootCertStore::empty();
     if settings.system_roots {
@@ -384,8 +384,8 @@ mod tests {
         (cert.pem(), key.serialize_pem())
     }
 
-    fn settings(dir: &Path) -> ServerTlsSettings {
-        ServerTlsSettings {
+    fn settings(dir: &Path) -> ServerTlsConfig {
+        ServerTlsConfig {
             cert_file: dir.join("tls.crt"),
             key_file: dir.join("tls.key"),
             reload_interval: Duration::from_secs(1),
@@ -439,18 +439,18 @@ mod tests {
 
     #[test]
     fn peer_trust_needs_a_root_and_a_valid_name() {
-        let none = PeerTlsSettings::default();
+        let none = PeerTlsConfig::default();
         assert!(matches!(peer_client_config(&none), Err(Error::NoRoots)));
         let dir = tempfile::tempdir().unwrap();
         let ca = dir.path().join("ca.crt");
         std::fs::write(&ca, pki().ca_pem).unwrap();
-        let ok = PeerTlsSettings {
+        let ok = PeerTlsConfig {
             ca_file: Some(ca.clone()),
             system_roots: false,
             server_name: Some("eureka.eureka-system.svc".into()),
         };
         peer_client_config(&ok).unwrap();
-        let bad = PeerTlsSettings {
+        let bad = PeerTlsConfig {
             server_name: Some("not a name".into()),
             ..ok
         };

@@ -19,7 +19,7 @@ use super::{
     route::{self, AppPath, InstancePath, Segment},
 };
 use crate::{
-    cache::Key,
+    cache::PayloadKey,
     codec::{self, Format, RegistrationError},
     registry::{
         Command, Reply, Writer,
@@ -51,7 +51,7 @@ fn caller(caller: Option<Extension<Caller>>) -> Caller {
 
 /// `GET apps`: the full registry.
 pub async fn apps(State(api): State<Arc<Api>>, headers: HeaderMap) -> Result<Response, ApiError> {
-    fetch(&api, Key::Full, &headers, true).await
+    fetch(&api, PayloadKey::Full, &headers, true).await
 }
 
 /// `GET apps/delta`: what changed recently (403 when deltas are disabled, as Java).
@@ -60,14 +60,14 @@ pub async fn delta(State(api): State<Arc<Api>>, headers: HeaderMap) -> Result<Re
     if api.state.disable_delta() {
         return Err(ApiError::Forbidden);
     }
-    fetch(&api, Key::Delta, &headers, true).await
+    fetch(&api, PayloadKey::Delta, &headers, true).await
 }
 
 /// `GET apps/{app}`: one application, 404 when it has no instance.
 pub async fn app(State(api): State<Arc<Api>>, AppPath(app): AppPath, headers: HeaderMap) -> Result<Response, ApiError> {
     let format = negotiate::reply_format(&headers)?;
     allow_access(&api)?;
-    let payload = api.state.payload(Key::App(app), format).await;
+    let payload = api.state.payload(PayloadKey::App(app), format).await;
     if payload.empty {
         return Ok(empty(StatusCode::NOT_FOUND));
     }
@@ -76,7 +76,7 @@ pub async fn app(State(api): State<Arc<Api>>, AppPath(app): AppPath, headers: He
 
 /// `GET vips/{vip}`: 200 with an empty document for an unknown VIP, as Java.
 pub async fn vip(State(api): State<Arc<Api>>, Segment(vip): Segment, headers: HeaderMap) -> Result<Response, ApiError> {
-    fetch(&api, Key::Vip(vip), &headers, false).await
+    fetch(&api, PayloadKey::Vip(vip), &headers, false).await
 }
 
 /// `GET svips/{vip}`: as `vips`, by secure VIP address.
@@ -85,7 +85,7 @@ pub async fn svip(
     Segment(vip): Segment,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    fetch(&api, Key::Svip(vip), &headers, false).await
+    fetch(&api, PayloadKey::Svip(vip), &headers, false).await
 }
 
 /// `GET apps/{app}/{id}`.
@@ -317,7 +317,7 @@ pub async fn status(State(api): State<Arc<Api>>, headers: HeaderMap) -> Result<R
 
 /// A registry payload (`apps`, `apps/delta`, `vips/...`) after the access checks; gzipped when
 /// `gzip_allowed` and the client asks (Java compresses only the full and delta fetches).
-async fn fetch(api: &Api, key: Key, headers: &HeaderMap, gzip_allowed: bool) -> Result<Response, ApiError> {
+async fn fetch(api: &Api, key: PayloadKey, headers: &HeaderMap, gzip_allowed: bool) -> Result<Response, ApiError> {
     let format = negotiate::reply_format(headers)?;
     allow_access(api)?;
     let payload = api.state.payload(key, format).await;

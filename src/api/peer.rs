@@ -17,7 +17,7 @@ use crate::{
         Format,
         batch::{self, ItemResponse, ReplicationItem},
     },
-    registry::{Action, Command, Reply, Writer, instance::Status},
+    registry::{Command, ReplicationAction, Reply, Writer, instance::Status},
 };
 
 /// [`batch::REPLICA_HEADER`], as a header name.
@@ -60,7 +60,11 @@ fn status_code(code: u16) -> ItemResponse {
 
 /// Applies one replicated item and answers it as Java's `PeerReplicationResource` would.
 fn apply(api: &Api, item: ReplicationItem, writer: Writer) -> ItemResponse {
-    if let Some(e) = item.over_limit.as_ref().filter(|_| item.action == Action::Register) {
+    if let Some(e) = item
+        .over_limit
+        .as_ref()
+        .filter(|_| item.action == ReplicationAction::Register)
+    {
         // Java reports 200 for every Register item; the instance is not stored.
         api.metrics.limit_refused(e.kind());
         tracing::warn!(error = %e, id = %item.id, "refused a replicated instance over a cap");
@@ -98,16 +102,16 @@ fn command(item: ReplicationItem, writer: Writer) -> Result<Command, ItemRespons
     };
     let (app, id, last_dirty_timestamp) = (item.app_name, item.id, item.last_dirty_timestamp);
     Ok(match item.action {
-        Action::Register => register(item.instance, &id, writer)?,
-        Action::Heartbeat => Command::Renew {
+        ReplicationAction::Register => register(item.instance, &id, writer)?,
+        ReplicationAction::Heartbeat => Command::Renew {
             overridden_status: exact(item.overridden_status.as_deref())?,
             app,
             id,
             writer,
             last_dirty_timestamp,
         },
-        Action::Cancel if item.eviction => Command::Evict { app, id },
-        Action::Cancel => match last_dirty_timestamp {
+        ReplicationAction::Cancel if item.eviction => Command::Evict { app, id },
+        ReplicationAction::Cancel => match last_dirty_timestamp {
             Some(last_dirty_timestamp) => Command::CancelCopy {
                 app,
                 id,
@@ -116,14 +120,14 @@ fn command(item: ReplicationItem, writer: Writer) -> Result<Command, ItemRespons
             },
             None => Command::Cancel { app, id, writer },
         },
-        Action::StatusUpdate => Command::SetStatus {
+        ReplicationAction::StatusUpdate => Command::SetStatus {
             status: exact(item.status.as_deref())?.ok_or(status_code(500))?,
             app,
             id,
             last_dirty_timestamp,
             writer,
         },
-        Action::DeleteStatusOverride => Command::DeleteStatusOverride {
+        ReplicationAction::DeleteStatusOverride => Command::DeleteStatusOverride {
             status: exact(item.status.as_deref())?.unwrap_or(Status::Unknown),
             app,
             id,

@@ -1,5 +1,5 @@
 //! Serving a router on a listener, with every timeout and limit of the HTTP layer
-//! ([`HttpSettings`]) and optional TLS. Both listeners (the Eureka API and the admin endpoints)
+//! ([`HttpConfig`]) and optional TLS. Both listeners (the Eureka API and the admin endpoints)
 //! go through [`serve`], each with its own connection and request budgets, so a flood on the API
 //! never starves `/livez` and `/readyz`.
 //!
@@ -75,7 +75,7 @@ pub const MIN_HEADER_BYTES: usize = 8_192;
 
 /// What the serving code needs: every timeout and limit of one listener.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HttpSettings {
+pub struct HttpConfig {
     pub header_read_timeout: Duration,
     pub request_timeout: Duration,
     pub body_read_timeout: Duration,
@@ -88,10 +88,10 @@ pub struct HttpSettings {
     pub shutdown_grace: Duration,
 }
 
-impl Default for HttpSettings {
+impl Default for HttpConfig {
     /// The flags' defaults.
-    fn default() -> HttpSettings {
-        HttpSettings {
+    fn default() -> HttpConfig {
+        HttpConfig {
             header_read_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(30),
             body_read_timeout: Duration::from_secs(10),
@@ -129,13 +129,13 @@ struct ShedLabels {
 
 /// What the listeners count: open connections, and what they refused.
 #[derive(Clone, Debug, Default)]
-pub struct Metrics {
+pub struct ServerMetrics {
     open: Family<ListenerLabel, Gauge>,
     shed: Family<ShedLabels, Counter>,
     timeouts: Family<ListenerLabel, Counter>,
 }
 
-impl Metrics {
+impl ServerMetrics {
     pub fn register(&self, registry: &mut Registry) {
         let r = registry.sub_registry_with_prefix("http");
         r.register("open_connections", "Open connections per listener", self.open.clone());
@@ -203,9 +203,9 @@ pub async fn serve(
     name: &'static str,
     listener: TcpListener,
     router: Router,
-    settings: &HttpSettings,
+    settings: &HttpConfig,
     tls: Option<tokio_rustls::TlsAcceptor>,
-    metrics: Metrics,
+    metrics: ServerMetrics,
     draining: Arc<AtomicBool>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), Error> {
@@ -257,7 +257,7 @@ pub async fn serve(
 }
 
 impl Counters {
-    fn of(metrics: &Metrics, listener: &'static str) -> Self {
+    fn of(metrics: &ServerMetrics, listener: &'static str) -> Self {
         Counters {
             open: metrics.open(listener),
             shed_requests: metrics.shed(listener, "requests"),
@@ -335,7 +335,7 @@ impl Slots {
 /// timeout (408) and the body-read deadline, then the router.
 fn stack(
     router: Router,
-    settings: &HttpSettings,
+    settings: &HttpConfig,
     shed_requests: Counter,
     draining: Arc<AtomicBool>,
 ) -> impl tower::Service<
@@ -396,7 +396,7 @@ async fn accept_failed(name: &str, addr: SocketAddr, e: std::io::Error) {
 /// One accepted connection.
 struct Conn {
     peer: SocketAddr,
-    settings: HttpSettings,
+    settings: HttpConfig,
     tls: Option<tokio_rustls::TlsAcceptor>,
     counters: Counters,
     watcher: Watcher,
@@ -503,12 +503,12 @@ mod tests {
         )
     }
 
-    async fn start(settings: HttpSettings, router: Router) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
+    async fn start(settings: HttpConfig, router: Router) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
         start_draining(settings, router, Arc::default()).await
     }
 
     async fn start_draining(
-        settings: HttpSettings,
+        settings: HttpConfig,
         router: Router,
         draining: Arc<AtomicBool>,
     ) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
@@ -519,7 +519,7 @@ mod tests {
             let shutdown = async {
                 let _ = stopped.await;
             };
-            let metrics = Metrics::default();
+            let metrics = ServerMetrics::default();
             serve("test", listener, router, &settings, None, metrics, draining, shutdown).await
         });
         (addr, stop)
@@ -530,7 +530,7 @@ mod tests {
         let (entered_tx, _entered) = mpsc::unbounded_channel();
         let draining = Arc::new(AtomicBool::new(false));
         let router = router(entered_tx, Arc::new(Notify::new()));
-        let (addr, _stop) = start_draining(HttpSettings::default(), router, draining.clone()).await;
+        let (addr, _stop) = start_draining(HttpConfig::default(), router, draining.clone()).await;
         let mut kept = TcpStream::connect(addr).await.unwrap();
         let (status, head) = request(&mut kept, "/").await;
         assert_eq!(status, 200);
@@ -591,10 +591,10 @@ mod tests {
     async fn requests_over_the_in_flight_limit_are_shed_with_retry_after() {
         let (entered_tx, mut entered) = mpsc::unbounded_channel();
         let release = Arc::new(Notify::new());
-        let settings = HttpSettings {
+        let settings = HttpConfig {
             max_in_flight_requests: 1,
             retry_after_seconds: 7,
-            ..HttpSettings::default()
+            ..HttpConfig::default()
         };
         let (addr, _stop) = start(settings, router(entered_tx, release.clone())).await;
         let mut a = TcpStream::connect(addr).await.unwrap();
@@ -614,9 +614,9 @@ mod tests {
     #[tokio::test]
     async fn connections_over_the_limit_get_503_and_are_closed() {
         let (entered_tx, _entered) = mpsc::unbounded_channel();
-        let settings = HttpSettings {
+        let settings = HttpConfig {
             max_connections: 1,
-            ..HttpSettings::default()
+            ..HttpConfig::default()
         };
         let (addr, _stop) = start(settings, router(entered_tx, Arc::new(Notify::new()))).await;
         let mut a = TcpStream::connect(addr).await.unwrap();
@@ -653,9 +653,9 @@ mod tests {
     #[tokio::test]
     async fn slow_heads_and_idle_keep_alive_connections_are_closed() {
         let (entered_tx, _entered) = mpsc::unbounded_channel();
-        let settings = HttpSettings {
+        let settings = HttpConfig {
             header_read_timeout: Duration::from_millis(300),
-            ..HttpSettings::default()
+            ..HttpConfig::default()
         };
         let (addr, _stop) = start(settings, router(entered_tx, Arc::new(Notify::new()))).await;
         let mut slow = TcpStream::connect(addr).await.unwrap();
@@ -671,10 +671,10 @@ mod tests {
     #[tokio::test]
     async fn a_request_over_the_request_timeout_is_answered_408_and_frees_its_slot() {
         let (entered_tx, mut entered) = mpsc::unbounded_channel();
-        let settings = HttpSettings {
+        let settings = HttpConfig {
             request_timeout: Duration::from_millis(200),
             max_in_flight_requests: 1,
-            ..HttpSettings::default()
+            ..HttpConfig::default()
         };
         let (addr, _stop) = start(settings, router(entered_tx, Arc::new(Notify::new()))).await;
         let mut c = TcpStream::connect(addr).await.unwrap();
@@ -686,10 +686,10 @@ mod tests {
     #[tokio::test]
     async fn oversized_heads_are_answered_431() {
         let (entered_tx, _entered) = mpsc::unbounded_channel();
-        let settings = HttpSettings {
+        let settings = HttpConfig {
             max_header_bytes: 16_384,
             max_headers: 10,
-            ..HttpSettings::default()
+            ..HttpConfig::default()
         };
         let (addr, _stop) = start(settings, router(entered_tx, Arc::new(Notify::new()))).await;
         for head in [
@@ -713,9 +713,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_stalled_body_is_answered_408() {
-        let settings = HttpSettings {
+        let settings = HttpConfig {
             body_read_timeout: Duration::from_millis(300),
-            ..HttpSettings::default()
+            ..HttpConfig::default()
         };
         let router = Router::new().route(
             "/",

@@ -207,7 +207,7 @@ struct Fragments {
 type Views = Vec<(Arc<str>, Option<(AppView, u64)>)>;
 
 /// A consistent snapshot: what to change, taken under one lock.
-struct Snapshot {
+struct Changes {
     version: u64,
     versions_delta: i64,
     hashcode: String,
@@ -217,13 +217,13 @@ struct Snapshot {
 /// What the first look at the registry found.
 enum Look {
     /// Few changes: everything needed, under that one lock.
-    Ready(Snapshot),
+    Ready(Changes),
     /// Many applications to take again (the version the list is valid at, and the names).
-    Many(u64, Vec<Arc<str>>),
+    TooMany(u64, Vec<Arc<str>>),
 }
 
 /// One payload (a kind in a format): its published version and its builder.
-pub struct Assembled {
+pub struct Assembly {
     kind: Kind,
     format: Format,
     published: ArcSwapOption<Payload>,
@@ -237,9 +237,9 @@ pub struct Assembled {
     tuning: Tuning,
 }
 
-impl Assembled {
-    pub fn new(kind: Kind, format: Format, tuning: Tuning) -> Assembled {
-        Assembled {
+impl Assembly {
+    pub fn new(kind: Kind, format: Format, tuning: Tuning) -> Assembly {
+        Assembly {
             kind,
             format,
             published: ArcSwapOption::empty(),
@@ -299,7 +299,7 @@ impl Assembled {
 
     /// Builds and publishes until no fragment is due for a refresh, then ends the flight.
     fn run<S: Source>(&self, source: &S) {
-        struct Flight<'a>(&'a Assembled);
+        struct Flight<'a>(&'a Assembly);
         impl Drop for Flight<'_> {
             fn drop(&mut self) {
                 self.0.building.store(false, Ordering::Release);
@@ -343,7 +343,7 @@ impl Assembled {
                     .filter(|_| built > 0)
                     .unwrap_or_else(|| kind.stale(r, fragments));
                 if !batched && changed.len() > BATCH_APPS {
-                    return Look::Many(r.version(), changed);
+                    return Look::TooMany(r.version(), changed);
                 }
                 let mut names = changed;
                 names.extend(aged);
@@ -356,7 +356,7 @@ impl Assembled {
                         (n, view)
                     })
                     .collect();
-                Look::Ready(Snapshot {
+                Look::Ready(Changes {
                     version: r.version(),
                     versions_delta: kind.versions_delta(r),
                     hashcode: if crate::mutants::on("wrong-hashcode") {
@@ -369,7 +369,7 @@ impl Assembled {
             });
             match look {
                 Look::Ready(snapshot) => break snapshot,
-                Look::Many(version, names) => {
+                Look::TooMany(version, names) => {
                     // Many at once: take them a batch per lock, then look again for what changed
                     // meanwhile (all of it under one lock, so this ends).
                     for batch in names.chunks(BATCH_APPS) {
@@ -633,7 +633,7 @@ mod tests {
     }
 
     /// Builds every kind and format and checks both forms against a whole encoding.
-    fn check(s: &Shared, assemblies: &[Assembled]) {
+    fn check(s: &Shared, assemblies: &[Assembly]) {
         for a in assemblies {
             a.identity_wanted.store(1, Ordering::Relaxed);
             let p = a.build_now(s).expect("published");
@@ -649,7 +649,7 @@ mod tests {
         }
     }
 
-    fn all() -> Vec<Assembled> {
+    fn all() -> Vec<Assembly> {
         [
             (Kind::Full, Format::Json),
             (Kind::Full, Format::Xml),
@@ -657,7 +657,7 @@ mod tests {
             (Kind::Delta, Format::Xml),
         ]
         .into_iter()
-        .map(|(k, f)| Assembled::new(k, f, Tuning::default()))
+        .map(|(k, f)| Assembly::new(k, f, Tuning::default()))
         .collect()
     }
 
@@ -707,15 +707,15 @@ mod tests {
                 s.register(&format!("APP-{a:03}"), &format!("app-{a}-{i}"), T0 + 1_000);
             }
         }
-        let full = Assembled::new(Kind::Full, Format::Json, Tuning::default());
-        let delta = Assembled::new(Kind::Delta, Format::Json, Tuning::default());
+        let full = Assembly::new(Kind::Full, Format::Json, Tuning::default());
+        let delta = Assembly::new(Kind::Delta, Format::Json, Tuning::default());
         full.build_now(&s).unwrap();
         delta.build_now(&s).unwrap();
-        let before = |a: &Assembled| a.fragments.lock().map.values().map(|f| f.version).collect::<Vec<_>>();
+        let before = |a: &Assembly| a.fragments.lock().map.values().map(|f| f.version).collect::<Vec<_>>();
         let (full_before, delta_before) = (before(&full), before(&delta));
         s.set_status("APP-007", "app-7-1", Status::Down, T0 + 2_000);
         let p = full.build_now(&s).unwrap();
-        let changed = |a: &Assembled, old: &[u64]| {
+        let changed = |a: &Assembly, old: &[u64]| {
             a.fragments
                 .lock()
                 .map
@@ -737,7 +737,7 @@ mod tests {
     fn identity_forms_are_kept_only_while_wanted() {
         let s = Shared::new();
         s.register("APP", "app-1", T0);
-        let a = Assembled::new(Kind::Full, Format::Json, Tuning::default());
+        let a = Assembly::new(Kind::Full, Format::Json, Tuning::default());
         let p = a.build_now(&s).unwrap();
         assert!(
             p.identity.get().is_none(),
@@ -761,7 +761,7 @@ mod tests {
     #[tokio::test]
     async fn readers_get_a_payload_at_least_as_new_as_the_registry() {
         let s = Shared::new();
-        let a = Arc::new(Assembled::new(Kind::Delta, Format::Xml, Tuning::default()));
+        let a = Arc::new(Assembly::new(Kind::Delta, Format::Xml, Tuning::default()));
         let mut readers = Vec::new();
         for i in 0..20 {
             s.register("APP", &format!("app-{i}"), T0);

@@ -11,7 +11,7 @@ use super::{
     json::{self, InstanceSeed, Scalar},
 };
 use crate::registry::{
-    Action, Replication, Writer,
+    Replication, ReplicationAction, Writer,
     instance::InstanceInfo,
     limits::{InstanceLimits, LimitExceeded},
     view::InstanceView,
@@ -24,7 +24,7 @@ pub const REPLICA_HEADER: &str = "x-eureka-operator-replica";
 /// One received `ReplicationInstance`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ReplicationItem {
-    pub action: Action,
+    pub action: ReplicationAction,
     pub app_name: String,
     pub id: String,
     pub last_dirty_timestamp: Option<i64>,
@@ -78,7 +78,8 @@ impl ItemFields {
     fn check(self) -> Result<ReplicationItem, String> {
         let action = self.action.unwrap_or(Scalar::Null);
         let action = action.as_str().ok_or("a replication item needs an action")?;
-        let action = Action::parse(action).ok_or_else(|| format!("unknown replication action {action:?}"))?;
+        let action =
+            ReplicationAction::parse(action).ok_or_else(|| format!("unknown replication action {action:?}"))?;
         let (instance, over_limit) = match self.instance.transpose()? {
             Some(d) if d.over_limit.is_some() => (None, d.over_limit),
             Some(d) => (Some(d.info), None),
@@ -127,7 +128,7 @@ impl<'de> Visitor<'de> for ItemSeed {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut f = ItemFields::default();
-        while let Some(key) = map.next_key::<json::Key<'_>>()? {
+        while let Some(key) = map.next_key::<json::FieldName<'_>>()? {
             let slot = match key.0 {
                 "action" => &mut f.action,
                 "appName" => &mut f.app_name,
@@ -184,7 +185,7 @@ where
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut out = None;
-        while let Some(key) = map.next_key::<json::Key<'_>>()? {
+        while let Some(key) = map.next_key::<json::FieldName<'_>>()? {
             if key.0 == self.0 {
                 out = map.next_value_seed(Items(self.1.clone()))?;
             } else {
@@ -314,7 +315,7 @@ pub fn encode_list(items: &[&Replication]) -> Vec<u8> {
             out.extend_from_slice(b",\"instanceInfo\":");
             json::instance(&mut out, i);
         }
-        if r.action == Action::Cancel && r.writer == Writer::Expiry {
+        if r.action == ReplicationAction::Cancel && r.writer == Writer::Expiry {
             // Only ever sent to our own replicas (evictions are not replicated to Java peers).
             out.extend_from_slice(b",\"eviction\":true");
         }
@@ -357,7 +358,7 @@ impl<'de> Visitor<'de> for ResponseSeed {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut status_code = None;
         let mut entity = None;
-        while let Some(key) = map.next_key::<json::Key<'_>>()? {
+        while let Some(key) = map.next_key::<json::FieldName<'_>>()? {
             match key.0 {
                 "statusCode" => {
                     status_code = match map.next_value_seed(json::ScalarSeed)? {

@@ -17,7 +17,7 @@ mod seeds;
 
 pub(crate) use read::{InstanceSeed, decode};
 pub use read::{applications_from_slice, read_instance_document};
-pub(crate) use seeds::{Key, NullOr, Scalar, ScalarSeed, scalar_visits};
+pub(crate) use seeds::{FieldName, NullOr, Scalar, ScalarSeed, scalar_visits};
 
 use std::fmt;
 

@@ -142,7 +142,7 @@ proptest! {
     #[test]
     fn batches_decode_what_they_encode(info in instance(false), dirty in any::<i64>()) {
         let record = crate::registry::Replication {
-            action: crate::registry::Action::Register,
+            action: crate::registry::ReplicationAction::Register,
             app: info.app.clone(),
             id: info.id().to_string(),
             last_dirty_timestamp: Some(dirty),

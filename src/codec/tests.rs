@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::*;
 use crate::registry::{
-    Action, Replication,
+    Replication, ReplicationAction,
     instance::{ActionType, DataCenterName, LeaseTerms, PortInfo, Status},
     limits::{InstanceLimits, LimitExceeded},
     view::{AppView, AppsView, InstanceView, LeaseView, Origin},
@@ -394,7 +394,7 @@ fn validation_messages_and_order_follow_java() {
 /// The record of a client registering `view`.
 fn register_record(view: &InstanceView) -> Replication {
     Replication {
-        action: Action::Register,
+        action: ReplicationAction::Register,
         app: "ORDER-SERVICE".into(),
         id: view.id().into(),
         last_dirty_timestamp: Some(1),
@@ -413,7 +413,7 @@ fn batch_round_trips_with_java_shapes() {
     let items = [
         register_record(&view),
         Replication {
-            action: Action::Heartbeat,
+            action: ReplicationAction::Heartbeat,
             app: "ORDER-SERVICE".into(),
             id: view.id().into(),
             last_dirty_timestamp: Some(2),
@@ -424,7 +424,7 @@ fn batch_round_trips_with_java_shapes() {
             writer: crate::registry::Writer::Client,
         },
         Replication {
-            action: Action::Cancel,
+            action: ReplicationAction::Cancel,
             app: "BILLING".into(),
             id: "b".into(),
             last_dirty_timestamp: None,
@@ -445,7 +445,7 @@ fn batch_round_trips_with_java_shapes() {
     assert!(v["replicationList"][0]["lastDirtyTimestamp"].is_number());
     let decoded = batch::decode_list(&body, 0).unwrap();
     let hb = &decoded[1];
-    assert_eq!(hb.action, Action::Heartbeat);
+    assert_eq!(hb.action, ReplicationAction::Heartbeat);
     assert_eq!(hb.overridden_status.as_deref(), Some("OUT_OF_SERVICE"));
     let reg = &decoded[0];
     assert_eq!(reg.instance.as_ref().unwrap().id(), view.id());
@@ -671,7 +671,7 @@ fn an_oversized_instance_in_a_batch_fails_only_its_item() {
     };
     let register = register_record(&view);
     let cancel = Replication {
-        action: Action::Cancel,
+        action: ReplicationAction::Cancel,
         instance: None,
         ..register.clone()
     };
@@ -680,7 +680,7 @@ fn an_oversized_instance_in_a_batch_fails_only_its_item() {
     assert_eq!(items.len(), 2);
     assert_eq!(items[0].instance, None);
     assert_eq!(items[0].over_limit, Some(LimitExceeded::MetadataKeys { limit: 5 }));
-    assert_eq!(items[1].action, Action::Cancel);
+    assert_eq!(items[1].action, ReplicationAction::Cancel);
     let items = batch::decode_list_from(Input::Bytes(&body), 0, limits(10, 10_000)).unwrap();
     assert_eq!(items[0].instance.as_ref().unwrap().metadata.len(), 10);
 }

@@ -1,13 +1,13 @@
 //! Flags of the HTTP layer: timeouts and limits of both listeners (the Eureka API and the admin
 //! endpoints), TLS for the Eureka API, and how replicas trust their peers' certificates. Kept
 //! apart from `Args` so the serving code ([`crate::api::server`]) takes one plain value,
-//! [`HttpSettings`], and the TLS code ([`crate::tls`]) its own.
+//! [`HttpConfig`], and the TLS code ([`crate::tls`]) its own.
 
 use std::{path::PathBuf, time::Duration};
 
 use clap::Args as ClapArgs;
 
-use crate::tls::{PeerTlsSettings, ServerTlsSettings};
+use crate::tls::{PeerTlsConfig, ServerTlsConfig};
 
 /// HTTP timeouts and limits, and TLS.
 #[derive(Clone, Debug, ClapArgs)]
@@ -81,9 +81,9 @@ pub struct ServingArgs {
 
 impl ServingArgs {
     /// The timeouts and limits, each at least 1 (ms or unit): a zero would refuse everything.
-    pub fn http(&self) -> crate::api::server::HttpSettings {
+    pub fn http(&self) -> crate::api::server::HttpConfig {
         let ms = |v: u64| Duration::from_millis(v.max(1));
-        crate::api::server::HttpSettings {
+        crate::api::server::HttpConfig {
             header_read_timeout: ms(self.http_header_read_timeout_ms),
             request_timeout: ms(self.http_request_timeout_ms),
             body_read_timeout: ms(self.http_body_read_timeout_ms),
@@ -97,9 +97,9 @@ impl ServingArgs {
     }
 
     /// TLS for the Eureka API, when a certificate and key are given.
-    pub fn server_tls(&self) -> Option<ServerTlsSettings> {
+    pub fn server_tls(&self) -> Option<ServerTlsConfig> {
         match (&self.tls_cert_file, &self.tls_key_file) {
-            (Some(cert), Some(key)) => Some(ServerTlsSettings {
+            (Some(cert), Some(key)) => Some(ServerTlsConfig {
                 cert_file: cert.clone(),
                 key_file: key.clone(),
                 reload_interval: Duration::from_millis(self.tls_reload_interval_ms.max(100)),
@@ -109,8 +109,8 @@ impl ServingArgs {
     }
 
     /// How peers' certificates are checked; `None` for the system roots alone (reqwest's own).
-    pub fn peer_tls(&self) -> Option<PeerTlsSettings> {
-        let settings = PeerTlsSettings {
+    pub fn peer_tls(&self) -> Option<PeerTlsConfig> {
+        let settings = PeerTlsConfig {
             ca_file: self.peer_tls_ca_file.clone(),
             system_roots: self.peer_tls_system_roots,
             server_name: self.peer_tls_server_name.clone().filter(|s| !s.trim().is_empty()),
@@ -130,7 +130,7 @@ mod tests {
     #[test]
     fn defaults_match_the_settings_default() {
         let args = Args::parse_from(["eureka-operator"]);
-        assert_eq!(args.serving.http(), crate::api::server::HttpSettings::default());
+        assert_eq!(args.serving.http(), crate::api::server::HttpConfig::default());
         assert!(args.serving.server_tls().is_none());
         assert!(args.serving.peer_tls().is_none());
         let args = Args::parse_from(["eureka-operator", "--peer-tls-system-roots", "false"]);

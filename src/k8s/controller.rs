@@ -67,7 +67,7 @@ use tokio::sync::{mpsc, watch};
 use super::{
     crd::{EurekaApp, EurekaAppStatus, InstanceCounts, LEGACY_FINALIZER, ReadinessGate, Registration},
     index::{AppKey, Index, Scope, Snapshot, Touched},
-    plan::{self, Context as PlanContext, Plan, Problem, Target, selector_matches},
+    plan::{self, Facts, Plan, Problem, Target, selector_matches},
     pods::{Interner, PodInfo, WatchedPod},
     status::{self, Note, NoteLimiter},
     watch::{Backoff, Follower, follow},
@@ -96,9 +96,9 @@ pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 /// The field manager of this operator's server-side-applied status.
 pub const FIELD_MANAGER: &str = "eureka-operator";
 
-/// Settings of the controller (validated by `config`).
+/// The controller's configuration (validated by `config`).
 #[derive(Clone, Debug)]
-pub struct Settings {
+pub struct ControllerConfig {
     /// Names this cluster's pod instances (`k8s.cluster` metadata).
     pub cluster_id: String,
     /// For `hostName: PodFQDN`.
@@ -138,7 +138,7 @@ pub enum Error {
 
 /// Controller metrics.
 #[derive(Clone)]
-pub struct Metrics {
+pub struct ControllerMetrics {
     pub reconciles: Counter,
     pub reconcile_seconds: Histogram,
     pub indexed_pods: Gauge,
@@ -151,9 +151,9 @@ pub struct Metrics {
     pub gates_opened: Counter,
 }
 
-impl Default for Metrics {
+impl Default for ControllerMetrics {
     fn default() -> Self {
-        Metrics {
+        ControllerMetrics {
             reconciles: Counter::default(),
             reconcile_seconds: Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
                 0.000_05, 2.0, 16,
@@ -170,7 +170,7 @@ impl Default for Metrics {
     }
 }
 
-impl Metrics {
+impl ControllerMetrics {
     pub fn register(&self, registry: &mut prometheus_client::registry::Registry) {
         let r = registry.sub_registry_with_prefix("controller");
         r.register("reconciles", "EurekaApp reconciles", self.reconciles.clone());
@@ -218,7 +218,7 @@ impl Metrics {
 pub struct Context {
     client: Client,
     state: AppState,
-    settings: Settings,
+    settings: ControllerConfig,
     /// Pods and node zones.
     index: RwLock<Index>,
     /// The strings the pod projections share.
@@ -232,7 +232,7 @@ pub struct Context {
     /// Whether this replica holds the Lease.
     leader: crate::leadership::Leader,
     recorder: Recorder,
-    metrics: Metrics,
+    metrics: ControllerMetrics,
     health: Arc<Health>,
     /// Met once every EurekaApp has been reconciled after every watch listed.
     complete: Condition,
@@ -255,13 +255,13 @@ pub struct Context {
 }
 
 /// What the controller works with.
-pub struct Parts {
+pub struct ControllerWiring {
     pub client: Client,
     pub state: AppState,
     /// Whether this replica holds the Lease.
     pub leader: crate::leadership::Leader,
     pub recorder: Recorder,
-    pub metrics: Metrics,
+    pub metrics: ControllerMetrics,
     pub health: Arc<Health>,
     /// Met once every watch listed and every EurekaApp was reconciled.
     pub complete: Condition,
@@ -271,8 +271,8 @@ pub struct Parts {
 }
 
 /// Builds the controllers and runs them, the pod and node watches, and the sweep, until shutdown.
-pub async fn run(settings: Settings, parts: Parts, shutdown: Shutdown) -> anyhow::Result<()> {
-    let Parts {
+pub async fn run(settings: ControllerConfig, parts: ControllerWiring, shutdown: Shutdown) -> anyhow::Result<()> {
+    let ControllerWiring {
         client,
         state,
         leader,

@@ -39,12 +39,12 @@ impl OutcomeListener for Waker {
 
 /// Counters of the persister.
 #[derive(Clone, Default)]
-pub struct Metrics {
+pub struct OverrideMetrics {
     pub writes: Counter,
     pub errors: Counter,
 }
 
-impl Metrics {
+impl OverrideMetrics {
     pub fn register(&self, registry: &mut prometheus_client::registry::Registry) {
         let r = registry.sub_registry_with_prefix("status_override_annotations");
         r.register("writes", "REST overrides recorded on pods", self.writes.clone());
@@ -59,7 +59,7 @@ pub async fn run(
     mut leader: crate::leadership::Leader,
     wake: Arc<Notify>,
     max_backoff: Duration,
-    metrics: Metrics,
+    metrics: OverrideMetrics,
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
     let stop = shutdown.wait();

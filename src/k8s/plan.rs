@@ -27,7 +27,7 @@ pub const DEFAULT_INSTANCE_ID: &str = "{pod.name}.{pod.namespace}:{appName}:{por
 pub const SPRING_INSTANCE_ID: &str = "{pod.hostname}:{appName}:{port}";
 
 /// Facts from outside the EurekaApp.
-pub struct Context<'a> {
+pub struct Facts<'a> {
     pub cluster_id: &'a str,
     pub cluster_domain: &'a str,
     /// `topology.kubernetes.io/zone` by node name.
@@ -262,7 +262,7 @@ fn pod_state(spec: &EurekaAppSpec, pod: &PodInfo, now: i64) -> (Option<Status>, 
 }
 
 /// Plans one EurekaApp over the pods of its namespace.
-pub fn plan<'p>(target: &Target<'_>, pods: impl IntoIterator<Item = &'p PodInfo>, ctx: &Context<'_>) -> Plan {
+pub fn plan<'p>(target: &Target<'_>, pods: impl IntoIterator<Item = &'p PodInfo>, ctx: &Facts<'_>) -> Plan {
     let spec = target.spec;
     let mut plan = Plan {
         app_name: app_name(target),
@@ -434,7 +434,7 @@ pub fn pod_hostname(pod: &PodInfo, cluster_domain: &str) -> String {
 }
 
 /// The instance's `hostName`.
-fn host_name(spec: &EurekaAppSpec, pod: &PodInfo, ip: &str, ctx: &Context<'_>) -> String {
+fn host_name(spec: &EurekaAppSpec, pod: &PodInfo, ip: &str, ctx: &Facts<'_>) -> String {
     let mode = match spec.preset {
         Some(Preset::Spring) => HostNameMode::PodHostname,
         Some(Preset::SpringPreferIpAddress) => HostNameMode::PodIP,
@@ -464,7 +464,7 @@ fn pod_instance(
     c: &Common<'_>,
     pod: &PodInfo,
     status: Status,
-    ctx: &Context<'_>,
+    ctx: &Facts<'_>,
     problems: &mut Vec<Problem>,
 ) -> Result<Option<Desired>, Problem> {
     let spec = c.target.spec;
@@ -508,7 +508,7 @@ fn pod_instance(
 }
 
 /// The instance id the template gives a pod.
-fn instance_id(c: &Common<'_>, pod: &PodInfo, ip: &str, port: i32, ctx: &Context<'_>) -> String {
+fn instance_id(c: &Common<'_>, pod: &PodInfo, ip: &str, port: i32, ctx: &Facts<'_>) -> String {
     let port_s = port.to_string();
     let uid = pod.uid.to_string();
     let hostname = pod_hostname(pod, ctx.cluster_domain);
@@ -533,7 +533,7 @@ fn instance_id(c: &Common<'_>, pod: &PodInfo, ip: &str, port: i32, ctx: &Context
 fn claim(
     c: &Common<'_>,
     pod: &PodInfo,
-    ctx: &Context<'_>,
+    ctx: &Facts<'_>,
     problems: &mut Vec<Problem>,
 ) -> Result<Option<Claim>, Problem> {
     let spec = c.target.spec;
@@ -604,7 +604,7 @@ fn set_metadata(
     pod: &PodInfo,
     ip: &str,
     management: Option<i32>,
-    ctx: &Context<'_>,
+    ctx: &Facts<'_>,
 ) {
     let spec = target.spec;
     if let Some(m) = &spec.metadata {

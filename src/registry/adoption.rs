@@ -28,7 +28,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::{
-    Action, Outcome, PodOwner, Registry, Replication, Reply, Writer,
+    Outcome, PodOwner, Registry, Replication, ReplicationAction, Reply, Writer,
     instance::{InstanceInfo, Status},
     rules,
     store::{Entry, Holding},
@@ -239,15 +239,15 @@ pub(super) fn shown_status(raw: Status, state: Option<ClaimState>, rest_override
 
 /// A record of a change the controller's view of the pod made: replicas derive it themselves,
 /// Java peers hear of it from the leader.
-pub(super) fn controller_record(action: Action, view: &InstanceView) -> Replication {
+pub(super) fn controller_record(action: ReplicationAction, view: &InstanceView) -> Replication {
     Replication {
         action,
         app: view.info.app.clone(),
         id: view.id().to_string(),
-        last_dirty_timestamp: (action != Action::Cancel).then_some(view.info.last_dirty_timestamp),
-        status: (action != Action::Cancel).then_some(view.info.status),
+        last_dirty_timestamp: (action != ReplicationAction::Cancel).then_some(view.info.last_dirty_timestamp),
+        status: (action != ReplicationAction::Cancel).then_some(view.info.status),
         overridden_status: None,
-        instance: (action == Action::Register).then(|| view.clone()),
+        instance: (action == ReplicationAction::Register).then(|| view.clone()),
         origin: view.origin,
         writer: Writer::Controller,
     }
@@ -498,7 +498,7 @@ impl Registry {
         };
         changed |= self.refresh_adopted(app, id, now);
         if changed && let Some(view) = self.store.view_of(app, id) {
-            out.push(controller_record(Action::Register, &view));
+            out.push(controller_record(ReplicationAction::Register, &view));
         }
     }
 
@@ -523,7 +523,7 @@ impl Registry {
             self.store.modify(app, id, now, |info| info.status = raw);
         }
         if let Some(view) = self.store.view_of(app, id) {
-            out.push(controller_record(Action::Register, &view));
+            out.push(controller_record(ReplicationAction::Register, &view));
         }
     }
 
@@ -536,7 +536,7 @@ impl Registry {
                 self.preservation.client_cancelled();
             }
             self.totals.cancellations += 1;
-            out.push(controller_record(Action::Cancel, &removed));
+            out.push(controller_record(ReplicationAction::Cancel, &removed));
         }
     }
 

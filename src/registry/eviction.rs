@@ -4,7 +4,7 @@
 //! the eviction timer. A replica that does not evict applies the leader's evictions only where
 //! the lease has expired here too.
 
-use super::{Action, Outcome, Registry, Replication, Reply, Writer};
+use super::{Outcome, Registry, Replication, ReplicationAction, Reply, Writer};
 
 /// SplitMix64: small, seedable and good enough to pick victims.
 #[derive(Clone, Debug)]
@@ -111,7 +111,7 @@ impl Registry {
                 self.preservation.client_cancelled();
                 self.totals.evictions += 1;
                 records.push(Replication {
-                    action: Action::Cancel,
+                    action: ReplicationAction::Cancel,
                     app,
                     id,
                     last_dirty_timestamp: None,

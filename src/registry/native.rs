@@ -4,7 +4,7 @@
 use std::{collections::HashMap, sync::Arc};
 
 use super::{
-    Action, Outcome, PeerKind, PodOverride, PodOwner, Registry, Replication, Reply, Writer,
+    Outcome, PeerKind, PodOverride, PodOwner, Registry, Replication, ReplicationAction, Reply, Writer,
     adoption::{self, Adoption, Decision, controller_record},
     instance::{ActionType, InstanceInfo, Metadata, Status},
     lease::Lease,
@@ -109,7 +109,9 @@ impl Registry {
             // Java peers get the status shown here from the leader (not back to a Java peer
             // that sent exactly that).
             if !(writer == Writer::JAVA && shown.info.status == incoming_status) {
-                outcome.replicate.push(controller_record(Action::Register, &shown));
+                outcome
+                    .replicate
+                    .push(controller_record(ReplicationAction::Register, &shown));
             }
             for (older, _) in superseded {
                 self.cancel_for_claim(&app, &older, now, &mut outcome.replicate);
@@ -217,7 +219,7 @@ impl Registry {
             instance.info = Arc::new(incoming);
         }
         Replication {
-            action: Action::Register,
+            action: ReplicationAction::Register,
             app: app.to_string(),
             id: id.to_string(),
             last_dirty_timestamp: Some(instance.info.last_dirty_timestamp),
@@ -329,7 +331,7 @@ impl Registry {
             }
         }
         outcome.replicate.push(Replication {
-            action: Action::Heartbeat,
+            action: ReplicationAction::Heartbeat,
             app,
             id,
             last_dirty_timestamp: Some(stored_dirty),
@@ -429,7 +431,7 @@ impl Registry {
         Outcome {
             reply: Reply::Ok,
             replicate: vec![Replication {
-                action: Action::Cancel,
+                action: ReplicationAction::Cancel,
                 app: app.to_string(),
                 id: id.to_string(),
                 // What was cancelled, so that a peer that holds a newer registration keeps it.
@@ -494,11 +496,13 @@ impl Registry {
         if matches!(entry.holding, Holding::Adopted(_)) {
             // Java peers take the override as any; then the status shown here, from the leader.
             let shown = self.store.view(entry);
-            outcome.replicate.push(controller_record(Action::Register, &shown));
+            outcome
+                .replicate
+                .push(controller_record(ReplicationAction::Register, &shown));
         }
         {
             outcome.replicate.push(Replication {
-                action: Action::StatusUpdate,
+                action: ReplicationAction::StatusUpdate,
                 app: app.to_string(),
                 id: id.to_string(),
                 last_dirty_timestamp: Some(entry.info.last_dirty_timestamp),
@@ -566,7 +570,7 @@ impl Registry {
         let adopted = matches!(entry.holding, Holding::Adopted(_));
         {
             outcome.replicate.push(Replication {
-                action: Action::DeleteStatusOverride,
+                action: ReplicationAction::DeleteStatusOverride,
                 app: app.to_string(),
                 id: id.to_string(),
                 last_dirty_timestamp: Some(entry.info.last_dirty_timestamp),
@@ -579,7 +583,9 @@ impl Registry {
         }
         if adopted {
             let shown = self.store.view(entry);
-            outcome.replicate.push(controller_record(Action::Register, &shown));
+            outcome
+                .replicate
+                .push(controller_record(ReplicationAction::Register, &shown));
         }
         outcome
     }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::{
-    Action, Outcome, PodOverrides, PodOwner, Registry, Replication, Reply, Writer,
+    Outcome, PodOverrides, PodOwner, Registry, Replication, ReplicationAction, Reply, Writer,
     instance::{ActionType, InstanceInfo, Status},
     lease::Lease,
     rules,
@@ -134,10 +134,10 @@ impl Registry {
             };
         });
         let view = self.store.view_of(&app, &id).expect("present");
-        let mut replicate = vec![pod_replication(Action::Register, &view)];
+        let mut replicate = vec![pod_replication(ReplicationAction::Register, &view)];
         if existing.overridden_status != Status::Unknown && view.info.overridden_status == Status::Unknown {
             // Java peers keep an override until it is deleted explicitly.
-            replicate.push(pod_replication(Action::DeleteStatusOverride, &view));
+            replicate.push(pod_replication(ReplicationAction::DeleteStatusOverride, &view));
         }
         Outcome {
             reply: Reply::Ok,
@@ -171,7 +171,7 @@ impl Registry {
         let view = self.store.view_of(&app, &id).expect("present");
         Outcome {
             reply: Reply::Registered,
-            replicate: vec![pod_replication(Action::Register, &view)],
+            replicate: vec![pod_replication(ReplicationAction::Register, &view)],
             pod_override: None,
         }
     }
@@ -184,7 +184,7 @@ impl Registry {
         }
         let removed = self.remove(app, id, now).expect("present");
         self.totals.cancellations += 1;
-        let mut replication = pod_replication(Action::Cancel, &removed);
+        let mut replication = pod_replication(ReplicationAction::Cancel, &removed);
         replication.instance = None;
         Outcome {
             reply: Reply::Ok,
@@ -234,7 +234,7 @@ fn pod_status(reported: Status, override_status: Status) -> Status {
     rules::resolve(reported, o, None, true)
 }
 
-fn pod_replication(action: Action, view: &InstanceView) -> Replication {
+fn pod_replication(action: ReplicationAction, view: &InstanceView) -> Replication {
     Replication {
         action,
         app: view.info.app.clone(),
@@ -242,7 +242,7 @@ fn pod_replication(action: Action, view: &InstanceView) -> Replication {
         last_dirty_timestamp: Some(view.info.last_dirty_timestamp),
         status: Some(view.info.status),
         overridden_status: None,
-        instance: (action == Action::Register).then(|| view.clone()),
+        instance: (action == ReplicationAction::Register).then(|| view.clone()),
         origin: Origin::Pod,
         writer: Writer::Controller,
     }

@@ -65,7 +65,7 @@ fn register_renew_cancel_round_trip() {
     let out = register(&mut r, inst("orders", "o-1"), T0);
     assert_eq!(out.reply, Reply::Registered);
     assert_eq!(out.replicate.len(), 1);
-    assert_eq!(out.replicate[0].action, Action::Register);
+    assert_eq!(out.replicate[0].action, ReplicationAction::Register);
     assert_eq!(r.full_view().apps_hashcode, "UP_1_");
     assert_eq!(r.full_view().apps[0].name, "ORDERS");
 
@@ -86,7 +86,7 @@ fn register_renew_cancel_round_trip() {
         T0 + 61_000,
     );
     assert_eq!(out.reply, Reply::Ok);
-    assert_eq!(out.replicate[0].action, Action::Cancel);
+    assert_eq!(out.replicate[0].action, ReplicationAction::Cancel);
     assert_eq!(r.full_view().apps_hashcode, "");
     assert!(r.full_view().apps.is_empty());
     assert_eq!(delta_ids(&r), vec![("o-1".to_string(), ActionType::Deleted)]);
@@ -211,7 +211,7 @@ fn status_override_sticks_across_re_registration_and_delete_forces_re_register()
     };
     let out = r.apply(set, T0 + 10);
     assert_eq!(out.reply, Reply::Ok);
-    assert_eq!(out.replicate[0].action, Action::StatusUpdate);
+    assert_eq!(out.replicate[0].action, ReplicationAction::StatusUpdate);
     assert_eq!(out.replicate[0].status, Some(Status::OutOfService));
     assert_eq!(status_of(&mut r, "ORDERS", "o-1"), Status::OutOfService);
     assert_eq!(r.full_view().apps_hashcode, "OUT_OF_SERVICE_1_");
@@ -248,7 +248,7 @@ fn status_override_sticks_across_re_registration_and_delete_forces_re_register()
     };
     let out = r.apply(del, T0 + 60);
     assert_eq!(out.reply, Reply::Ok);
-    assert_eq!(out.replicate[0].action, Action::DeleteStatusOverride);
+    assert_eq!(out.replicate[0].action, ReplicationAction::DeleteStatusOverride);
     assert_eq!(out.replicate[0].status, Some(Status::Unknown));
     assert_eq!(status_of(&mut r, "ORDERS", "o-1"), Status::Unknown);
     assert_eq!(renew(&mut r, "ORDERS", "o-1", T0 + 70), Reply::NotFound);
@@ -356,7 +356,7 @@ fn metadata_update_re_registers() {
         T0 + 500,
     );
     assert_eq!(out.reply, Reply::Ok);
-    assert_eq!(out.replicate[0].action, Action::Register);
+    assert_eq!(out.replicate[0].action, ReplicationAction::Register);
     let v = r.instance("ORDERS", "o-1", T0).unwrap();
     assert_eq!(v.info.metadata.get("zone"), Some("a"));
     assert_eq!(v.lease.registration_ts, T0 + 500, "a new lease, as in Java");
@@ -524,7 +524,7 @@ fn self_preservation_holds_eviction_until_renews_exceed_the_threshold() {
     assert!(
         victims
             .iter()
-            .all(|v| v.action == Action::Cancel && v.writer == Writer::Expiry)
+            .all(|v| v.action == ReplicationAction::Cancel && v.writer == Writer::Expiry)
     );
     assert_eq!(r.full_view().apps[0].instances.len(), 8);
     // The expectation dropped with each eviction: 11 - 2 = 9 → threshold (int)(9×2×0.85) = 15.
@@ -816,7 +816,7 @@ fn pod_instances_never_expire_and_do_not_count_toward_self_preservation() {
             T0 + 3_600_000,
         );
         assert_eq!(out.reply, Reply::Ok);
-        assert_eq!(out.replicate[0].action, Action::Cancel);
+        assert_eq!(out.replicate[0].action, ReplicationAction::Cancel);
     }
     assert_eq!(r.stats(T0).expected_clients, 1);
     assert_eq!(r.stats(T0).instances, 0);
@@ -881,8 +881,11 @@ fn pod_overrides_combine_owner_and_rest_layers() {
     // The EurekaApp drops its override: UP again, and Java peers are told to delete theirs.
     let out = r.apply(up(Status::Unknown), T0 + 4);
     assert_eq!(status_of(&mut r, "ORDERS", "p-1"), Status::Up);
-    let actions: Vec<Action> = out.replicate.iter().map(|r| r.action).collect();
-    assert_eq!(actions, vec![Action::Register, Action::DeleteStatusOverride]);
+    let actions: Vec<ReplicationAction> = out.replicate.iter().map(|r| r.action).collect();
+    assert_eq!(
+        actions,
+        vec![ReplicationAction::Register, ReplicationAction::DeleteStatusOverride]
+    );
     // A REST override persisted on the pod's annotation: from then on the annotation rules, so
     // removing it with kubectl takes effect.
     let annotated = |a| Command::UpsertPod {

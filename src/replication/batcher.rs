@@ -17,14 +17,14 @@ use std::{
 
 use tokio::time::Instant;
 
-use crate::registry::{Action, Replication};
+use crate::registry::{Replication, ReplicationAction};
 
 /// Java's batch size.
 pub const MAX_BATCH: usize = 250;
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct Key {
-    action: Action,
+struct TaskKey {
+    action: ReplicationAction,
     app: String,
     id: String,
 }
@@ -71,8 +71,8 @@ pub struct Dropped {
 pub struct Batcher {
     limits: Limits,
     /// Keys in send order; an entry is stale when its seq is not the task's current seq.
-    order: VecDeque<(u64, Key)>,
-    tasks: HashMap<Key, Task>,
+    order: VecDeque<(u64, TaskKey)>,
+    tasks: HashMap<TaskKey, Task>,
     next_seq: u64,
     pub dropped: Dropped,
 }
@@ -98,7 +98,7 @@ impl Batcher {
 
     /// Adds a task; a pending task with the same key is replaced and the new one goes last.
     pub fn push(&mut self, record: Replication, now: Instant) {
-        let key = Key {
+        let key = TaskKey {
             action: record.action,
             app: record.app.clone(),
             id: record.id.clone(),
@@ -129,7 +129,7 @@ impl Batcher {
     }
 
     /// The front live entry (key, task), skipping stale ones; it stays in `tasks`.
-    fn pop_live(&mut self) -> Option<(Key, u64)> {
+    fn pop_live(&mut self) -> Option<(TaskKey, u64)> {
         while let Some((seq, key)) = self.order.pop_front() {
             if self.tasks.get(&key).is_some_and(|t| t.seq == seq) {
                 return Some((key, seq));
@@ -200,7 +200,7 @@ impl Batcher {
     /// newer task for the same key arrived meanwhile.
     pub fn requeue(&mut self, batch: Vec<Taken>) {
         for Taken { record, enqueued } in batch.into_iter().rev() {
-            let key = Key {
+            let key = TaskKey {
                 action: record.action,
                 app: record.app.clone(),
                 id: record.id.clone(),
@@ -242,11 +242,11 @@ pub enum Failure {
 
 /// Exponential backoff per peer, reset by a success.
 #[derive(Clone, Debug, Default)]
-pub struct Backoff {
+pub struct PeerBackoff {
     failures: u32,
 }
 
-impl Backoff {
+impl PeerBackoff {
     /// The longest wait between attempts: a peer that comes back after a partition, however long,
     /// gets the queued writes (and anti-entropy's repairs, queued behind them) within this.
     pub const MAX: Duration = Duration::from_secs(5);
@@ -256,7 +256,7 @@ impl Backoff {
     }
 
     /// The delay after a failure of this class (Java: 1 s for congestion, 100 ms for network
-    /// errors, fixed), doubling with consecutive failures up to [`Backoff::MAX`].
+    /// errors, fixed), doubling with consecutive failures up to [`PeerBackoff::MAX`].
     pub fn failure(&mut self, class: Failure) -> Duration {
         self.failures = self.failures.saturating_add(1);
         let base = match class {
@@ -274,7 +274,7 @@ mod tests {
     use super::*;
     use crate::registry::{Writer, instance::Status, view::Origin};
 
-    fn rec(action: Action, id: &str, status: Status) -> Replication {
+    fn rec(action: ReplicationAction, id: &str, status: Status) -> Replication {
         Replication {
             action,
             app: "APP".into(),
@@ -300,28 +300,28 @@ mod tests {
     async fn repeated_heartbeats_coalesce_and_the_newest_goes_last() {
         let t0 = Instant::now();
         let mut b = Batcher::new(limits(100));
-        b.push(rec(Action::Register, "a", Status::Up), t0);
-        b.push(rec(Action::Heartbeat, "a", Status::Up), t0);
-        b.push(rec(Action::Cancel, "a", Status::Up), t0);
+        b.push(rec(ReplicationAction::Register, "a", Status::Up), t0);
+        b.push(rec(ReplicationAction::Heartbeat, "a", Status::Up), t0);
+        b.push(rec(ReplicationAction::Cancel, "a", Status::Up), t0);
         for _ in 0..50 {
-            b.push(rec(Action::Heartbeat, "b", Status::Up), t0);
+            b.push(rec(ReplicationAction::Heartbeat, "b", Status::Up), t0);
         }
-        b.push(rec(Action::Register, "a", Status::Down), t0);
+        b.push(rec(ReplicationAction::Register, "a", Status::Down), t0);
         assert_eq!(b.len(), 4);
         assert!(!b.ready(t0));
         assert!(b.ready(t0 + Duration::from_millis(100)));
         let batch = b.take(t0);
-        let seen: Vec<(Action, &str, Option<Status>)> = batch
+        let seen: Vec<(ReplicationAction, &str, Option<Status>)> = batch
             .iter()
             .map(|t| (t.record.action, t.record.id.as_str(), t.record.status))
             .collect();
         assert_eq!(
             seen,
             vec![
-                (Action::Heartbeat, "a", Some(Status::Up)),
-                (Action::Cancel, "a", Some(Status::Up)),
-                (Action::Heartbeat, "b", Some(Status::Up)),
-                (Action::Register, "a", Some(Status::Down)),
+                (ReplicationAction::Heartbeat, "a", Some(Status::Up)),
+                (ReplicationAction::Cancel, "a", Some(Status::Up)),
+                (ReplicationAction::Heartbeat, "b", Some(Status::Up)),
+                (ReplicationAction::Register, "a", Some(Status::Down)),
             ],
             "a re-registration after a cancel stays after it"
         );
@@ -334,14 +334,17 @@ mod tests {
         let t0 = Instant::now();
         let mut b = Batcher::new(limits(3));
         for id in ["a", "b", "c", "d"] {
-            b.push(rec(Action::Heartbeat, id, Status::Up), t0);
+            b.push(rec(ReplicationAction::Heartbeat, id, Status::Up), t0);
         }
         assert_eq!(b.len(), 3);
         assert_eq!(b.dropped.overflow, 1);
         let ids: Vec<String> = b.take(t0).into_iter().map(|t| t.record.id).collect();
         assert_eq!(ids, vec!["b", "c", "d"]);
-        b.push(rec(Action::Heartbeat, "old", Status::Up), t0);
-        b.push(rec(Action::Heartbeat, "new", Status::Up), t0 + Duration::from_secs(31));
+        b.push(rec(ReplicationAction::Heartbeat, "old", Status::Up), t0);
+        b.push(
+            rec(ReplicationAction::Heartbeat, "new", Status::Up),
+            t0 + Duration::from_secs(31),
+        );
         let ids: Vec<String> = b
             .take(t0 + Duration::from_secs(31))
             .into_iter()
@@ -356,7 +359,7 @@ mod tests {
         let t0 = Instant::now();
         let mut b = Batcher::new(limits(10_000));
         for n in 0..600 {
-            b.push(rec(Action::Heartbeat, &n.to_string(), Status::Up), t0);
+            b.push(rec(ReplicationAction::Heartbeat, &n.to_string(), Status::Up), t0);
         }
         assert!(b.ready(t0));
         assert_eq!(b.take(t0).len(), MAX_BATCH);
@@ -368,11 +371,11 @@ mod tests {
     async fn a_failed_batch_goes_back_in_front_unless_superseded() {
         let t0 = Instant::now();
         let mut b = Batcher::new(limits(100));
-        b.push(rec(Action::Heartbeat, "a", Status::Up), t0);
-        b.push(rec(Action::Heartbeat, "b", Status::Up), t0);
+        b.push(rec(ReplicationAction::Heartbeat, "a", Status::Up), t0);
+        b.push(rec(ReplicationAction::Heartbeat, "b", Status::Up), t0);
         let batch = b.take(t0);
-        b.push(rec(Action::Heartbeat, "c", Status::Up), t0);
-        b.push(rec(Action::Heartbeat, "b", Status::Down), t0);
+        b.push(rec(ReplicationAction::Heartbeat, "c", Status::Up), t0);
+        b.push(rec(ReplicationAction::Heartbeat, "b", Status::Down), t0);
         b.requeue(batch);
         let got: Vec<(String, Option<Status>)> =
             b.take(t0).into_iter().map(|t| (t.record.id, t.record.status)).collect();
@@ -392,7 +395,7 @@ mod tests {
         // are dropped, not sent late (a stale Cancel must never remove a re-registered instance).
         let t0 = Instant::now();
         let mut b = Batcher::new(limits(100));
-        b.push(rec(Action::Cancel, "a", Status::Up), t0);
+        b.push(rec(ReplicationAction::Cancel, "a", Status::Up), t0);
         let mut now = t0;
         for _ in 0..10 {
             now += Duration::from_secs(5);
@@ -405,7 +408,7 @@ mod tests {
         assert!(b.take(t0 + Duration::from_secs(31)).is_empty());
         assert_eq!(b.dropped.expired, 1);
         // `expire` drops old tasks without sending anything.
-        b.push(rec(Action::Heartbeat, "b", Status::Up), now);
+        b.push(rec(ReplicationAction::Heartbeat, "b", Status::Up), now);
         b.expire(now + Duration::from_secs(31));
         assert!(b.is_empty());
         assert_eq!(b.dropped.expired, 2);
@@ -413,14 +416,14 @@ mod tests {
 
     #[test]
     fn backoff_doubles_by_class_and_resets() {
-        let mut b = Backoff::default();
+        let mut b = PeerBackoff::default();
         assert_eq!(b.failure(Failure::Network), Duration::from_millis(100));
         assert_eq!(b.failure(Failure::Network), Duration::from_millis(200));
         assert_eq!(b.failure(Failure::Congestion), Duration::from_millis(4000));
         for _ in 0..20 {
             b.failure(Failure::Network);
         }
-        assert_eq!(b.failure(Failure::Network), Backoff::MAX);
+        assert_eq!(b.failure(Failure::Network), PeerBackoff::MAX);
         b.success();
         assert_eq!(b.failure(Failure::Congestion), Duration::from_secs(1));
         assert_eq!(b.failure(Failure::Permanent), Duration::ZERO);

@@ -141,7 +141,7 @@ impl PeerClient {
     }
 
     /// A client as the replication settings describe it.
-    pub fn from_settings(settings: &super::Settings) -> PeerClient {
+    pub fn from_config(settings: &super::ReplicationConfig) -> PeerClient {
         PeerClient::new(
             settings.connect_timeout,
             settings.read_timeout,

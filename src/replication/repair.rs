@@ -37,7 +37,7 @@ use super::{
 use crate::{
     health::Health,
     registry::{
-        Action, Command, PeerKind, Replication, Writer,
+        Command, PeerKind, Replication, ReplicationAction, Writer,
         instance::{InstanceInfo, Status},
         view::{InstanceView, Origin},
     },
@@ -48,7 +48,7 @@ use crate::{
 /// may show lease timestamps up to 30 s old (ours and Java's caches), and clocks differ a little.
 pub const FRESHNESS_MARGIN: Duration = Duration::from_secs(60);
 
-type Key = (String, String);
+type InstanceKey = (String, String);
 
 /// Whether a lease renewed at `last_renewal` (lasting `duration_ms`) is live at `now`.
 pub fn is_fresh(renewal: Renewal, now: i64) -> bool {
@@ -59,26 +59,26 @@ pub fn is_fresh(renewal: Renewal, now: i64) -> bool {
 #[derive(Debug, Default, PartialEq)]
 pub struct Repairs {
     /// Instances to register on a replica (peer index → our copies).
-    pub push: HashMap<usize, Vec<Key>>,
+    pub push: HashMap<usize, Vec<InstanceKey>>,
     /// Instances to take here from a replica (key → peer index that has it live).
-    pub take: HashMap<Key, usize>,
+    pub take: HashMap<InstanceKey, usize>,
     /// Instances to cancel on a replica (peer index → keys).
-    pub cancel: HashMap<usize, Vec<Key>>,
+    pub cancel: HashMap<usize, Vec<InstanceKey>>,
     /// Our instances that a replica saw renew more recently than we did (its clients' heartbeats
     /// could not reach us): renewed here, so this replica does not evict them while they live.
-    pub refresh: Vec<Key>,
+    pub refresh: Vec<InstanceKey>,
 }
 
 /// Pure: the repairs between our registry (`ours`: non-pod key → our renewal) and the fetched
 /// registries of the replicas we could reach (`theirs`: key → their renewal).
-pub fn plan(ours: &HashMap<Key, Renewal>, theirs: &[HashMap<Key, Renewal>], now: i64) -> Repairs {
+pub fn plan(ours: &HashMap<InstanceKey, Renewal>, theirs: &[HashMap<InstanceKey, Renewal>], now: i64) -> Repairs {
     let mut repairs = Repairs::default();
-    let live_anywhere = |key: &Key| {
+    let live_anywhere = |key: &InstanceKey| {
         ours.get(key).is_some_and(|r| is_fresh(*r, now))
             || theirs.iter().any(|t| t.get(key).is_some_and(|r| is_fresh(*r, now)))
     };
     for (n, their) in theirs.iter().enumerate() {
-        let push: Vec<Key> = ours
+        let push: Vec<InstanceKey> = ours
             .iter()
             .filter(|(k, r)| is_fresh(**r, now) && !their.contains_key(*k))
             .map(|(k, _)| k.clone())
@@ -120,7 +120,7 @@ pub fn plan(ours: &HashMap<Key, Renewal>, theirs: &[HashMap<Key, Renewal>], now:
 
 /// Our renewals of the instances that are not pods of a cluster. An adopted instance lives as
 /// long as its pod, whatever its lease says, so it counts as renewed now.
-fn our_renewals(ours: &HashMap<Key, &InstanceView>, now: i64) -> HashMap<Key, Renewal> {
+fn our_renewals(ours: &HashMap<InstanceKey, &InstanceView>, now: i64) -> HashMap<InstanceKey, Renewal> {
     ours.iter()
         .map(|(k, v)| {
             let last_renewal = if v.origin == Origin::Adopted {
@@ -138,7 +138,7 @@ fn our_renewals(ours: &HashMap<Key, &InstanceView>, now: i64) -> HashMap<Key, Re
 }
 
 /// The instance `key` of a fetched registry.
-fn instance_of<'a>(fetched: &'a Fetched, key: &Key) -> Option<&'a InstanceInfo> {
+fn instance_of<'a>(fetched: &'a Fetched, key: &InstanceKey) -> Option<&'a InstanceInfo> {
     fetched.instances.iter().find(|i| i.app == key.0 && i.id() == key.1)
 }
 
@@ -164,12 +164,12 @@ impl Replicator {
                     }
                     if leader.borrow_and_update().holds() {
                         // Newly leading: Java peers get every pod instance now.
-                        self.push_pods_to_java(Action::Register);
+                        self.push_pods_to_java(ReplicationAction::Register);
                     }
                 }
                 _ = heartbeat.tick() => {
                     if leader.borrow().holds() {
-                        self.push_pods_to_java(Action::Heartbeat);
+                        self.push_pods_to_java(ReplicationAction::Heartbeat);
                     }
                 }
                 _ = compare.tick() => {
@@ -181,7 +181,7 @@ impl Replicator {
         }
     }
 
-    fn push_pods_to_java(&self, action: Action) {
+    fn push_pods_to_java(&self, action: ReplicationAction) {
         let queues = self.queues_of(Some(PeerKind::Java));
         if queues.is_empty() {
             return;
@@ -194,9 +194,9 @@ impl Replicator {
         let now = Instant::now();
         for view in pods {
             let record = match action {
-                Action::Register => register_record(&view, Writer::Controller),
+                ReplicationAction::Register => register_record(&view, Writer::Controller),
                 _ => Replication {
-                    action: Action::Heartbeat,
+                    action: ReplicationAction::Heartbeat,
                     app: view.info.app.clone(),
                     id: view.id().to_string(),
                     last_dirty_timestamp: Some(view.info.last_dirty_timestamp),
@@ -226,7 +226,7 @@ impl Replicator {
             }
         }
         let (view, now) = self.state.with_registry(|r, now| (r.full_view(), now));
-        let ours: HashMap<Key, &InstanceView> = view
+        let ours: HashMap<InstanceKey, &InstanceView> = view
             .apps
             .iter()
             .flat_map(|a| a.instances.iter())
@@ -242,8 +242,8 @@ impl Replicator {
 
     /// Each fetched replica's renewals of the instances that are not pods of a cluster; one
     /// that a claim here adopts counts as renewed now.
-    fn their_renewals(&self, fetched: &[(&Arc<PeerQueue>, Fetched)], now: i64) -> Vec<HashMap<Key, Renewal>> {
-        let claimed: Vec<HashSet<Key>> = self.state.with_registry(|r, now| {
+    fn their_renewals(&self, fetched: &[(&Arc<PeerQueue>, Fetched)], now: i64) -> Vec<HashMap<InstanceKey, Renewal>> {
+        let claimed: Vec<HashSet<InstanceKey>> = self.state.with_registry(|r, now| {
             fetched
                 .iter()
                 .map(|(_, f)| {
@@ -259,7 +259,7 @@ impl Replicator {
             .iter()
             .zip(&claimed)
             .map(|((_, f), claimed)| {
-                let pods: HashSet<Key> = f
+                let pods: HashSet<InstanceKey> = f
                     .instances
                     .iter()
                     .filter(|i| self.owned(i))
@@ -289,7 +289,7 @@ impl Replicator {
         &self,
         repairs: &Repairs,
         fetched: &[(&Arc<PeerQueue>, Fetched)],
-        ours: &HashMap<Key, &InstanceView>,
+        ours: &HashMap<InstanceKey, &InstanceView>,
     ) {
         let at = Instant::now();
         for (n, keys) in &repairs.push {
@@ -347,7 +347,7 @@ impl Replicator {
 
     /// Java peers lose the pod instances of this cluster that we no longer have.
     async fn cancel_gone_pods_on_java(&self, queues: &[Arc<PeerQueue>]) {
-        let pods: HashSet<Key> = self
+        let pods: HashSet<InstanceKey> = self
             .state
             .with_registry(|r, _| r.pod_instances())
             .into_iter()
@@ -378,7 +378,7 @@ mod tests {
 
     const NOW: i64 = 10_000_000;
 
-    fn key(id: &str) -> Key {
+    fn key(id: &str) -> InstanceKey {
         ("APP".into(), id.into())
     }
 
@@ -394,7 +394,7 @@ mod tests {
         // The leader cannot hear from follower F (one-way cut) and never got the registration;
         // the client keeps renewing on F. Its `lastUpdatedTimestamp` is old, its lease is fresh.
         let ours = HashMap::new();
-        let f: HashMap<Key, Renewal> = [(key("live"), renewed(5_000))].into();
+        let f: HashMap<InstanceKey, Renewal> = [(key("live"), renewed(5_000))].into();
         let r = plan(&ours, &[f], NOW);
         assert_eq!(r.take.get(&key("live")), Some(&0));
         assert!(r.cancel.is_empty(), "{r:?}");
@@ -404,9 +404,9 @@ mod tests {
     fn a_leftover_is_cancelled_only_when_no_replica_saw_it_renew() {
         let dead = renewed(90_000 + FRESHNESS_MARGIN.as_millis() as i64 + 1);
         let ours = HashMap::new();
-        let a: HashMap<Key, Renewal> = [(key("x"), dead)].into();
+        let a: HashMap<InstanceKey, Renewal> = [(key("x"), dead)].into();
         // Another replica still sees it renew: nobody cancels it.
-        let b: HashMap<Key, Renewal> = [(key("x"), renewed(1_000))].into();
+        let b: HashMap<InstanceKey, Renewal> = [(key("x"), renewed(1_000))].into();
         let r = plan(&ours, &[a.clone(), b], NOW);
         assert!(r.cancel.is_empty(), "{r:?}");
         assert_eq!(r.take.get(&key("x")), Some(&1));
@@ -417,15 +417,16 @@ mod tests {
 
     #[test]
     fn only_live_instances_are_pushed() {
-        let ours: HashMap<Key, Renewal> = [(key("live"), renewed(1_000)), (key("expired"), renewed(10_000_000))].into();
+        let ours: HashMap<InstanceKey, Renewal> =
+            [(key("live"), renewed(1_000)), (key("expired"), renewed(10_000_000))].into();
         let r = plan(&ours, &[HashMap::new()], NOW);
         assert_eq!(r.push.get(&0), Some(&vec![key("live")]));
     }
 
     #[test]
     fn a_copy_that_lags_a_fresher_replica_is_renewed() {
-        let ours: HashMap<Key, Renewal> = [(key("x"), renewed(50_000)), (key("y"), renewed(1_000))].into();
-        let f: HashMap<Key, Renewal> = [(key("x"), renewed(2_000)), (key("y"), renewed(2_000))].into();
+        let ours: HashMap<InstanceKey, Renewal> = [(key("x"), renewed(50_000)), (key("y"), renewed(1_000))].into();
+        let f: HashMap<InstanceKey, Renewal> = [(key("x"), renewed(2_000)), (key("y"), renewed(2_000))].into();
         let r = plan(&ours, &[f], NOW);
         assert_eq!(r.refresh, vec![key("x")]);
     }

@@ -15,7 +15,7 @@ object_seed!(
 impl PortSeed {
     fn read<'de, A: MapAccess<'de>>(self, mut map: A) -> Result<Checked<PortInfo>, A::Error> {
         let mut p = self.0;
-        while let Some(key) = map.next_key::<Key<'_>>()? {
+        while let Some(key) = map.next_key::<FieldName<'_>>()? {
             match key.0 {
                 "$" => {
                     let v = map.next_value_seed(ScalarSeed)?;
@@ -48,7 +48,7 @@ impl LeaseSeed {
             renewal_interval_secs: 0,
             duration_secs: 0,
         };
-        while let Some(key) = map.next_key::<Key<'_>>()? {
+        while let Some(key) = map.next_key::<FieldName<'_>>()? {
             match key.0 {
                 "renewalIntervalInSecs" => terms.renewal_interval_secs = map.next_value_seed(ScalarSeed)?.as_i32(),
                 "durationInSecs" => terms.duration_secs = map.next_value_seed(ScalarSeed)?.as_i32(),
@@ -116,7 +116,7 @@ impl DataCenterSeed {
         let mut class = None;
         let mut name = Scalar::Null;
         let mut metadata = None;
-        while let Some(key) = map.next_key::<Key<'_>>()? {
+        while let Some(key) = map.next_key::<FieldName<'_>>()? {
             match key.0 {
                 "@class" => class = map.next_value_seed(ScalarSeed)?.as_str().map(str::to_string),
                 "name" => name = map.next_value_seed(ScalarSeed)?,
@@ -182,7 +182,7 @@ impl<'de> Visitor<'de> for InstanceSeed {
         let mut data_center = DataCenter::Missing;
         let mut over_limit = None;
         let mut error: Option<String> = None;
-        while let Some(key) = map.next_key::<Key<'_>>()? {
+        while let Some(key) = map.next_key::<FieldName<'_>>()? {
             if error.is_some() {
                 map.next_value::<IgnoredAny>()?;
                 continue;
@@ -489,7 +489,7 @@ where
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut out = Ok(Vec::new());
-        while let Some(key) = map.next_key::<Key<'_>>()? {
+        while let Some(key) = map.next_key::<FieldName<'_>>()? {
             if key.0 == self.0 {
                 out = map.next_value_seed(OneOrMany(self.1.clone()))?;
             } else {

@@ -209,9 +209,9 @@ macro_rules! object_seed {
 pub(super) use object_seed;
 
 /// A map key, borrowed when the parser can lend it.
-pub(crate) struct Key<'a>(pub &'a str);
+pub(crate) struct FieldName<'a>(pub &'a str);
 
-impl<'de: 'a, 'a> de::Deserialize<'de> for Key<'a> {
+impl<'de: 'a, 'a> de::Deserialize<'de> for FieldName<'a> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         d.deserialize_str(KeyVisitor)
     }
@@ -268,14 +268,14 @@ pub(super) const FIELDS: &[&str] = &[
 ];
 
 impl<'de> Visitor<'de> for KeyVisitor {
-    type Value = Key<'de>;
+    type Value = FieldName<'de>;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a key")
     }
-    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Key<'de>, E> {
-        Ok(Key(v))
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<FieldName<'de>, E> {
+        Ok(FieldName(v))
     }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Key<'de>, E> {
-        Ok(Key(FIELDS.iter().find(|f| **f == v).copied().unwrap_or("")))
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<FieldName<'de>, E> {
+        Ok(FieldName(FIELDS.iter().find(|f| **f == v).copied().unwrap_or("")))
     }
 }

@@ -109,7 +109,7 @@ impl Context {
             name: &key.name,
             spec: &app.spec,
         };
-        let ctx = PlanContext {
+        let ctx = Facts {
             cluster_id: &self.settings.cluster_id,
             cluster_domain: &self.settings.cluster_domain,
             node_zones: &snapshot.zones,

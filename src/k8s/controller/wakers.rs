@@ -31,7 +31,7 @@ impl OutcomeListener for ConflictWaker {
         let mut freed = outcome
             .replicate
             .iter()
-            .filter(|r| r.action == crate::registry::Action::Cancel)
+            .filter(|r| r.action == crate::registry::ReplicationAction::Cancel)
             .peekable();
         if freed.peek().is_none() {
             return;
@@ -63,7 +63,7 @@ impl OutcomeListener for AdoptionWaker {
             let claimed = claimed.get_or_insert_with(|| self.0.claimed.lock());
             let id = (r.app.clone(), r.id.clone());
             let key = match (r.action, &r.instance) {
-                (crate::registry::Action::Register, Some(view)) if view.origin == Origin::Adopted => {
+                (crate::registry::ReplicationAction::Register, Some(view)) if view.origin == Origin::Adopted => {
                     let key = claimed.endpoints.get(&ClaimKey::of(&view.info)).cloned();
                     if let Some(k) = &key {
                         claimed.ids.insert(id.clone(), k.clone());
@@ -71,7 +71,7 @@ impl OutcomeListener for AdoptionWaker {
                     }
                     key
                 }
-                (crate::registry::Action::Cancel, _) => claimed.ids.remove(&id),
+                (crate::registry::ReplicationAction::Cancel, _) => claimed.ids.remove(&id),
                 _ => None,
             };
             if let Some(key) = key {

@@ -40,7 +40,7 @@ status:
 
 fn run(app: &EurekaApp, pods: &[PodInfo]) -> Plan {
     let zones: BTreeMap<String, String> = [("node-a".to_string(), "zone-1".to_string())].into();
-    let ctx = Context {
+    let ctx = Facts {
         cluster_id: "prod",
         cluster_domain: "cluster.local",
         node_zones: &zones,

@@ -3,8 +3,8 @@
 //! adoption ends.
 
 use crate::registry::{
-    Action, Claim, ClaimKey, ClaimState, Command, Outcome, PodOverrides, PodOwner, Registry, RegistryConfig, Reply,
-    Writer,
+    Claim, ClaimKey, ClaimState, Command, Outcome, PodOverrides, PodOwner, Registry, RegistryConfig, ReplicationAction,
+    Reply, Writer,
     instance::{InstanceInfo, Status},
     preservation::PreservationConfig,
     view::Origin,
@@ -230,12 +230,12 @@ fn the_pods_state_comes_first_then_overrides_then_the_clients_status() {
         T0 + 5,
     );
     assert_eq!(state(&mut r, "a", T0).unwrap().0, Status::Up);
-    let actions: Vec<(Action, Writer)> = set.replicate.iter().map(|x| (x.action, x.writer)).collect();
+    let actions: Vec<(ReplicationAction, Writer)> = set.replicate.iter().map(|x| (x.action, x.writer)).collect();
     assert_eq!(
         actions,
         [
-            (Action::Register, Writer::Controller),
-            (Action::StatusUpdate, Writer::Client)
+            (ReplicationAction::Register, Writer::Controller),
+            (ReplicationAction::StatusUpdate, Writer::Client)
         ]
     );
     // Terminating: OUT_OF_SERVICE whatever the overrides.
@@ -269,7 +269,7 @@ fn the_drain_ends_the_registration_and_the_pod_refuses_new_ones() {
     assert_eq!(out.replicate.len(), 1);
     assert_eq!(
         (out.replicate[0].action, out.replicate[0].writer),
-        (Action::Cancel, Writer::Controller)
+        (ReplicationAction::Cancel, Writer::Controller)
     );
     assert_eq!(state(&mut r, "a", T0 + 30_000), None);
     assert_eq!(
@@ -308,7 +308,7 @@ fn a_pod_that_goes_cancels_its_registration_and_refuses_its_endpoint_for_the_dra
         },
         T0 + 100,
     );
-    assert_eq!(out.replicate[0].action, Action::Cancel);
+    assert_eq!(out.replicate[0].action, ReplicationAction::Cancel);
     assert_eq!(state(&mut r, "a", T0 + 100), None);
     assert!(r.claims_of("shop", "orders").is_empty());
     // A force-deleted pod's client may still try, within the drain.
@@ -400,7 +400,7 @@ fn a_newer_registration_from_the_same_pod_supersedes_an_older_one() {
     assert!(
         out.replicate
             .iter()
-            .any(|x| x.action == Action::Cancel && x.id == "orders:1f3a")
+            .any(|x| x.action == ReplicationAction::Cancel && x.id == "orders:1f3a")
     );
     assert_eq!(state(&mut r, "orders:1f3a", T0 + 5_100), None);
     assert_eq!(state(&mut r, "orders:9c2e", T0 + 5_100).unwrap().1, Origin::Adopted);
@@ -414,7 +414,7 @@ fn a_newer_registration_from_the_same_pod_supersedes_an_older_one() {
     assert!(
         out.replicate
             .iter()
-            .any(|x| x.action == Action::Cancel && x.id == "orders:9c2e")
+            .any(|x| x.action == ReplicationAction::Cancel && x.id == "orders:9c2e")
     );
     assert_eq!(r.adopted_of("shop", "orders").len(), 1);
     // A late replicated copy of an older one is refused.
@@ -449,11 +449,14 @@ fn replicas_learn_the_clients_word_and_java_the_status_shown() {
     let raw = &out.replicate[0];
     assert_eq!(
         (raw.action, raw.writer, raw.origin),
-        (Action::Register, Writer::Client, Origin::Adopted)
+        (ReplicationAction::Register, Writer::Client, Origin::Adopted)
     );
     assert_eq!(raw.instance.as_ref().unwrap().info.status, Status::Up);
     let shown = &out.replicate[1];
-    assert_eq!((shown.action, shown.writer), (Action::Register, Writer::Controller));
+    assert_eq!(
+        (shown.action, shown.writer),
+        (ReplicationAction::Register, Writer::Controller)
+    );
     assert_eq!(shown.instance.as_ref().unwrap().info.status, Status::Starting);
     assert_eq!(r.replica_view(APP, "a").unwrap().info.status, Status::Up);
 
