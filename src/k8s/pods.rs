@@ -8,6 +8,14 @@
 //! shared through an [`Interner`], and labels are one key-sorted allocation ([`Labels`]): a
 //! watched pod costs about 800 bytes of heap (`cargo bench --bench controller_memory`).
 
+mod memory;
+mod wire;
+
+pub use memory::{Interner, Labels, Text, Uid};
+pub use wire::{
+    WatchedCondition, WatchedContainer, WatchedGate, WatchedIp, WatchedPod, WatchedPort, WatchedSpec, WatchedStatus,
+};
+
 use std::{
     collections::{BTreeMap, HashSet},
     sync::Arc,
@@ -20,178 +28,6 @@ use serde::{Deserialize, Deserializer};
 const DROPPED_ANNOTATIONS: [&str; 1] = ["kubectl.kubernetes.io/last-applied-configuration"];
 /// Annotation values longer than this are not kept.
 const MAX_ANNOTATION_LEN: usize = 1024;
-
-/// Text that pod projections share (see [`Interner`]).
-pub type Text = Arc<str>;
-
-/// The interner never prunes below this many strings.
-const PRUNE_FLOOR: usize = 4096;
-
-/// One shared copy of each string the pod projections repeat. Strings no projection holds any
-/// more are dropped when the set has doubled since the last pruning, so churn (new
-/// `pod-template-hash` values at every rollout) costs amortized constant time and no leak.
-#[derive(Debug, Default)]
-pub struct Interner {
-    set: HashSet<Text>,
-    prune_at: usize,
-}
-
-impl Interner {
-    /// The shared copy of `s`.
-    pub fn text(&mut self, s: &str) -> Text {
-        if let Some(t) = self.set.get(s) {
-            return t.clone();
-        }
-        if self.set.len() >= self.prune_at.max(PRUNE_FLOOR) {
-            self.prune();
-        }
-        let t: Text = Arc::from(s);
-        self.set.insert(t.clone());
-        t
-    }
-
-    /// Drops the strings only the interner holds.
-    pub fn prune(&mut self) {
-        self.set.retain(|t| Arc::strong_count(t) > 1);
-        self.prune_at = self.set.len().saturating_mul(2);
-    }
-
-    /// How many strings it holds.
-    pub fn len(&self) -> usize {
-        self.set.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.set.is_empty()
-    }
-}
-
-/// A pod's `metadata.uid`: a UUID in its canonical lowercase form is kept as its 16 bytes (the
-/// apiserver makes every uid so); anything else is kept as sent. Shown as sent either way.
-#[derive(Clone, PartialEq, Eq)]
-pub enum Uid {
-    Uuid([u8; 16]),
-    Other(Box<str>),
-}
-
-impl Uid {
-    /// Hyphens sit after these many hex digits: 8-4-4-4-12.
-    const GROUPS: [usize; 5] = [8, 4, 4, 4, 12];
-
-    fn parse_uuid(s: &str) -> Option<[u8; 16]> {
-        let mut out = [0u8; 16];
-        let mut digits = 0;
-        let mut groups = s.split('-');
-        for len in Self::GROUPS {
-            let group = groups.next()?;
-            if group.len() != len {
-                return None;
-            }
-            for c in group.bytes() {
-                let nibble = match c {
-                    b'0'..=b'9' => c - b'0',
-                    b'a'..=b'f' => c - b'a' + 10,
-                    _ => return None,
-                };
-                out[digits / 2] |= nibble << (if digits % 2 == 0 { 4 } else { 0 });
-                digits += 1;
-            }
-        }
-        groups.next().is_none().then_some(out)
-    }
-}
-
-impl Default for Uid {
-    fn default() -> Self {
-        Uid::Other(Box::default())
-    }
-}
-
-impl From<&str> for Uid {
-    fn from(s: &str) -> Uid {
-        match Uid::parse_uuid(s) {
-            Some(bytes) => Uid::Uuid(bytes),
-            None => Uid::Other(s.into()),
-        }
-    }
-}
-
-impl std::fmt::Display for Uid {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Uid::Other(s) => f.write_str(s),
-            Uid::Uuid(bytes) => {
-                let mut digits = bytes.iter().flat_map(|b| [b >> 4, b & 0xf]);
-                for (i, len) in Uid::GROUPS.into_iter().enumerate() {
-                    if i > 0 {
-                        f.write_str("-")?;
-                    }
-                    for d in digits.by_ref().take(len) {
-                        write!(f, "{d:x}")?;
-                    }
-                }
-                Ok(())
-            }
-        }
-    }
-}
-
-impl std::fmt::Debug for Uid {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:?}", self.to_string())
-    }
-}
-
-/// A pod's labels (or the annotations kept): pairs sorted by key, in one allocation.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Labels(Box<[(Text, Text)]>);
-
-impl Labels {
-    /// Shared copies of `pairs`, which are sorted by key with no key twice (a `BTreeMap`'s).
-    fn interned<'a>(pairs: impl Iterator<Item = (&'a String, &'a String)>, interner: &mut Interner) -> Labels {
-        Labels(pairs.map(|(k, v)| (interner.text(k), interner.text(v))).collect())
-    }
-
-    pub fn get(&self, key: &str) -> Option<&str> {
-        self.0
-            .binary_search_by(|(k, _)| (**k).cmp(key))
-            .ok()
-            .map(|i| &*self.0[i].1)
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.0.iter().map(|(k, v)| (&**k, &**v))
-    }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    /// Sets `key` (test fixtures; the watch builds labels whole).
-    #[cfg(test)]
-    pub fn insert(&mut self, key: &str, value: &str) {
-        let mut pairs = self.0.to_vec();
-        match pairs.binary_search_by(|(k, _)| (**k).cmp(key)) {
-            Ok(i) => pairs[i].1 = value.into(),
-            Err(i) => pairs.insert(i, (key.into(), value.into())),
-        }
-        self.0 = pairs.into();
-    }
-}
-
-impl<K: AsRef<str>, V: AsRef<str>> FromIterator<(K, V)> for Labels {
-    fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Labels {
-        let sorted: BTreeMap<String, String> = iter
-            .into_iter()
-            .map(|(k, v)| (k.as_ref().to_string(), v.as_ref().to_string()))
-            .collect();
-        Labels(sorted.into_iter().map(|(k, v)| (k.into(), v.into())).collect())
-    }
-}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ContainerPort {
@@ -231,129 +67,6 @@ pub struct PodInfo {
     pub service_account: Option<Text>,
     /// `Kind/name` of the controlling owner.
     pub workload: Option<Text>,
-}
-
-/// A Pod as the watch reads it: a kube `Resource` (kind `Pod`) with only what [`PodInfo`]
-/// projects. Its metadata is an `ObjectMeta` (kube-runtime reads the resource version from it)
-/// holding identity, labels, annotations, deletion and owners; managedFields are never built.
-#[derive(Clone, Debug, Default, Deserialize)]
-pub struct WatchedPod {
-    #[serde(default, deserialize_with = "slim_meta")]
-    pub metadata: ObjectMeta,
-    #[serde(default)]
-    pub spec: Option<WatchedSpec>,
-    #[serde(default)]
-    pub status: Option<WatchedStatus>,
-}
-
-impl k8s_openapi::Resource for WatchedPod {
-    const API_VERSION: &'static str = "v1";
-    const GROUP: &'static str = "";
-    const KIND: &'static str = "Pod";
-    const VERSION: &'static str = "v1";
-    const URL_PATH_SEGMENT: &'static str = "pods";
-    type Scope = k8s_openapi::NamespaceResourceScope;
-}
-
-impl k8s_openapi::Metadata for WatchedPod {
-    type Ty = ObjectMeta;
-
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
-
-/// The parts of `metadata` the watch and the projection read.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct SlimMeta {
-    name: Option<String>,
-    namespace: Option<String>,
-    uid: Option<String>,
-    resource_version: Option<String>,
-    labels: Option<BTreeMap<String, String>>,
-    annotations: Option<BTreeMap<String, String>>,
-    deletion_timestamp: Option<Time>,
-    deletion_grace_period_seconds: Option<i64>,
-    owner_references: Option<Vec<OwnerReference>>,
-}
-
-fn slim_meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
-    let m = SlimMeta::deserialize(d)?;
-    Ok(ObjectMeta {
-        name: m.name,
-        namespace: m.namespace,
-        uid: m.uid,
-        resource_version: m.resource_version,
-        labels: m.labels,
-        annotations: m.annotations,
-        deletion_timestamp: m.deletion_timestamp,
-        deletion_grace_period_seconds: m.deletion_grace_period_seconds,
-        owner_references: m.owner_references,
-        ..ObjectMeta::default()
-    })
-}
-
-/// The parts of a Pod's `spec` the projection reads.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct WatchedSpec {
-    pub containers: Option<Vec<WatchedContainer>>,
-    pub readiness_gates: Option<Vec<WatchedGate>>,
-    pub node_name: Option<String>,
-    pub host_network: Option<bool>,
-    pub hostname: Option<String>,
-    pub subdomain: Option<String>,
-    pub service_account_name: Option<String>,
-}
-
-#[derive(Clone, Debug, Default, Deserialize)]
-pub struct WatchedContainer {
-    pub ports: Option<Vec<WatchedPort>>,
-}
-
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct WatchedPort {
-    pub name: Option<String>,
-    pub container_port: i32,
-    pub protocol: Option<String>,
-}
-
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct WatchedGate {
-    pub condition_type: String,
-}
-
-/// The parts of a Pod's `status` the projection reads.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct WatchedStatus {
-    #[serde(rename = "podIPs")]
-    pub pod_ips: Option<Vec<WatchedIp>>,
-    #[serde(rename = "podIP")]
-    pub pod_ip: Option<String>,
-    #[serde(rename = "hostIP")]
-    pub host_ip: Option<String>,
-    pub conditions: Option<Vec<WatchedCondition>>,
-    pub phase: Option<String>,
-}
-
-#[derive(Clone, Debug, Default, Deserialize)]
-pub struct WatchedIp {
-    pub ip: String,
-}
-
-#[derive(Clone, Debug, Default, Deserialize)]
-pub struct WatchedCondition {
-    #[serde(rename = "type")]
-    pub type_: String,
-    pub status: String,
 }
 
 impl PodInfo {
@@ -484,7 +197,7 @@ impl PodInfo {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{memory::PRUNE_FLOOR, *};
 
     #[test]
     fn a_canonical_uuid_is_kept_in_16_bytes_and_shown_as_sent() {
