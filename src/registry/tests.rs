@@ -1,5 +1,7 @@
 //! Scenario tests of the registry with explicit instants, following the Java registry's tests
-//! (`InstanceRegistryTest`, `TimeConsumingInstanceRegistryTest`) where they exist.
+//! (`InstanceRegistryTest`, `TimeConsumingInstanceRegistryTest`) where they exist. One file on
+//! purpose, over the usual size: the scenarios share their fixtures and read in the order of the
+//! Java tests they follow; adopt mode's are in `adoption/tests.rs`.
 
 use super::*;
 use crate::registry::instance::ActionType;
