@@ -511,7 +511,7 @@ fn the_admin_port_is_on_no_client_facing_service() {
 }
 
 /// Guards: the default memory limit (512Mi) with the binary's default --max-registry-bytes
-/// (256 MiB) broke the README's rule that the registry cap be at most a quarter of the memory
+/// (256 MiB) broke the documented rule (docs/src/operations/hardening.md) that the registry cap be at most a quarter of the memory
 /// limit (the response cache keeps a few encodings of it). Without the variable, the binary's
 /// default counts.
 #[test]

@@ -1545,7 +1545,7 @@ fn draw_episode(rng: &mut Rng, leader: Option<usize>, only: &[String]) -> Vec<Pl
                 continue;
             }
             // A replica restarted while its apiserver is cut cannot list its watches, so cannot
-            // be ready until the cut heals: README says so; the episode would only wait on it.
+            // be ready until the cut heals: docs/src/guides/faults.md says so; the episode would only wait on it.
             let p = draw(rng, second, leader);
             let clash = |a: &Planned, b: &Planned| a.procs.iter().any(|r| b.api.contains(r));
             if !(clash(&out[0], &p) || clash(&p, &out[0])) {

@@ -517,7 +517,7 @@ pub async fn exercise(
             })
             .await;
             // The reference server's own behaviour is reported, not asserted (its Jersey 1
-            // clients can be stuck after its 404 body, see README); ours must deliver.
+            // clients can be stuck after its 404 body, see docs/src/reference/differences.md); ours must deliver.
             assert!(
                 seen || !strict,
                 "{} did not see {} OUT_OF_SERVICE on {server} within 30 s",
