@@ -18,6 +18,29 @@
 //!
 //! The leader also keeps Java peers' copies of pod instances alive with heartbeats, and
 //! periodically compares registries with peers to repair what a partition lost.
+//!
+//! The senders. Each peer has a queue ([`batcher::Batcher`] behind a short mutex, shared with the
+//! writes that fill it) and a sender: a task [`Replicator::run`] owns in a `JoinSet` (a sender
+//! that panics fails the replicator, which the supervisor owns). The sender owns its side of
+//! the peer: the receiving end of a one-slot wake channel, its backoff, and two
+//! `CancellationToken`s, which are how it is told what to do:
+//! * *wake*: a write enqueued a task (`try_send`, so an enqueue never waits and wakes merge); the
+//!   sender looks again at when the next batch is due (when the queue holds [`batcher::MAX_BATCH`]
+//!   tasks, else when its oldest has waited `--replication-max-batching-delay-ms`);
+//! * *stop*, one token per peer: the peer left the list; its sender ends at its next wait (a
+//!   batch already on its way is finished and answered first) and its queue goes with it;
+//! * *flush*, one token for all: the process is stopping; every sender sends what is queued at
+//!   once, without retries, and ends when its queue is empty. `run` waits for them up to
+//!   `--replication-flush-timeout-ms`, then aborts those still at it.
+//!
+//! Why the queue is not itself a channel (of tasks, batched by a stream combinator such as
+//! `chunks_timeout`), and the sender's loop is written by hand: tasks are enqueued under the
+//! registry lock, so an enqueue must never wait; a newer task replaces a pending one with the
+//! same key; a full queue drops its oldest tasks, not the newest; and a failed batch goes back in
+//! front with its tasks' first enqueue times, so they age out during an outage however often they
+//! are retried. A channel keeps what it was given, in order, until it is read; all of that would
+//! have to be redone behind it. So the queue stays a pure state machine under a synchronous
+//! lock, and only the signals are a channel and tokens.
 
 pub mod batcher;
 pub mod client;
@@ -31,18 +54,17 @@ use std::{
     time::Duration,
 };
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use parking_lot::Mutex;
 use prometheus_client::{
     encoding::EncodeLabelSet,
     metrics::{counter::Counter, family::Family, gauge::Gauge},
 };
 use tokio::{
-    sync::{Notify, watch},
+    sync::{mpsc, watch},
     task::JoinSet,
     time::Instant,
 };
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use batcher::{Batcher, Failure, Limits, PeerBackoff, Taken};
@@ -293,20 +315,15 @@ impl ReplicationMetrics {
     }
 }
 
-/// One peer's queue and sender state.
+/// One peer's queue: filled by writes (under the registry lock), emptied by the peer's sender.
 struct PeerQueue {
     url: PeerUrl,
     kind: PeerKind,
     /// The pending tasks (a short synchronous lock: enqueues happen under the registry lock).
     batcher: Mutex<Batcher>,
-    /// Wakes the sender when a task arrives or the peer goes.
-    notify: Notify,
-    /// Set when the peer was removed: the sender ends.
-    stopped: AtomicBool,
-    /// Set on shutdown: send what is queued without waiting to batch more.
-    flushing: AtomicBool,
-    /// Set while a batch is on its way (a flush waits for it too).
-    sending: AtomicBool,
+    /// Wakes the sender when a task arrives. One slot: an enqueue never waits, and a wake sent
+    /// while another is pending merges into it.
+    wake: mpsc::Sender<()>,
     /// This peer's `queued` gauge, looked up once (it is set on every enqueue).
     queued: Gauge,
 }
@@ -401,14 +418,16 @@ impl Replicator {
             b.len()
         };
         q.queued.set(len as i64);
-        q.notify.notify_one();
+        // Full: a wake is already pending. Closed: the sender has ended (the peer left the list,
+        // or the process is stopping), and the task goes with the queue.
+        let _ = q.wake.try_send(());
     }
 
     /// Keeps one sender per peer in line with `peers` until shutdown; then flushes the queues
     /// (at most `flush_timeout`). A sender that panics fails the replicator (and the process).
     #[tracing::instrument(name = "replicator", skip_all)]
     pub async fn run(self: Arc<Self>, mut peers: watch::Receiver<Vec<Peer>>, shutdown: Shutdown) -> anyhow::Result<()> {
-        let mut senders: JoinSet<()> = JoinSet::new();
+        let mut senders = Senders::default();
         let stop = shutdown.clone().wait();
         tokio::pin!(stop);
         loop {
@@ -422,7 +441,7 @@ impl Replicator {
                         break;
                     }
                 }
-                Some(joined) = senders.join_next() => {
+                Some(joined) = senders.tasks.join_next() => {
                     if let Err(e) = joined && e.is_panic() {
                         anyhow::bail!("failed to keep replicating: a peer sender panicked: {e}");
                     }
@@ -430,19 +449,21 @@ impl Replicator {
                 _ = &mut stop => break,
             }
         }
-        self.flush(&mut senders).await;
+        self.flush(senders).await;
         Ok(())
     }
 
-    /// Applies a peer list: starts senders for new peers, stops those of removed ones.
-    fn set_peers(self: &Arc<Self>, peers: &[Peer], senders: &mut JoinSet<()>) {
+    /// Applies a peer list: starts senders for new peers, stops those of removed ones (whose
+    /// queues go with them).
+    fn set_peers(self: &Arc<Self>, peers: &[Peer], senders: &mut Senders) {
         let mut current = self.queues.lock();
         let wanted: HashSet<&str> = peers.iter().map(|p| p.url.base.as_str()).collect();
         current.retain(|url, q| {
             let keep = wanted.contains(url.as_str());
             if !keep {
-                q.stopped.store(true, Ordering::Release);
-                q.notify.notify_one();
+                if let Some(stop) = senders.stops.remove(url) {
+                    stop.cancel();
+                }
                 self.health.clear(&q.health_source());
                 tracing::info!(peer = %url, "peer removed");
             }
@@ -453,14 +474,12 @@ impl Replicator {
                 continue;
             }
             tracing::info!(peer = %peer.url.display(), kind = peer.kind.as_str(), "peer added");
+            let (wake, woken) = mpsc::channel(1);
             let q = Arc::new(PeerQueue {
                 url: peer.url.clone(),
                 kind: peer.kind,
                 batcher: Mutex::new(Batcher::new(self.settings.limits)),
-                notify: Notify::new(),
-                stopped: AtomicBool::new(false),
-                flushing: AtomicBool::new(false),
-                sending: AtomicBool::new(false),
+                wake,
                 queued: self
                     .metrics
                     .queued
@@ -470,30 +489,40 @@ impl Replicator {
                     })
                     .clone(),
             });
+            let stop = CancellationToken::new();
             current.insert(peer.url.base.clone(), q.clone());
-            senders.spawn(self.clone().sender(q));
+            senders.stops.insert(peer.url.base.clone(), stop.clone());
+            let sender = PeerSender {
+                replicator: self.clone(),
+                labels: q.labels(),
+                q,
+                woken,
+                stop,
+                flush: senders.flush.clone(),
+                backoff: PeerBackoff::default(),
+                unauthorized: false,
+            };
+            senders.tasks.spawn(sender.run());
         }
     }
 
-    /// On shutdown: sends what is queued without waiting to batch more, until every queue is
-    /// empty or the flush timeout passes; then stops the senders.
-    async fn flush(&self, senders: &mut JoinSet<()>) {
-        let queues: Vec<Arc<PeerQueue>> = self.queues.lock().values().cloned().collect();
-        let pending = |qs: &[Arc<PeerQueue>]| {
-            qs.iter()
-                .map(|q| q.batcher.lock().len() + usize::from(q.sending.load(Ordering::Acquire)))
+    /// On shutdown: every sender sends what is queued without waiting to batch more and ends
+    /// once its queue is empty; those still at it when the flush timeout passes are aborted.
+    async fn flush(&self, mut senders: Senders) {
+        let queued = || {
+            self.queues_of(None)
+                .iter()
+                .map(|q| q.batcher.lock().len())
                 .sum::<usize>()
         };
-        let before = pending(&queues);
-        for q in &queues {
-            q.flushing.store(true, Ordering::Release);
-            q.notify.notify_one();
-        }
+        let before = queued();
+        senders.flush.cancel();
         let deadline = Instant::now() + self.settings.flush_timeout;
-        while pending(&queues) > 0 && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        let left = pending(&queues);
+        let _ = tokio::time::timeout_at(deadline, async { while senders.tasks.join_next().await.is_some() {} }).await;
+        // What is still queued, and one for each sender still at it (a batch on its way).
+        let left = queued() + senders.tasks.len();
+        senders.tasks.abort_all();
+        while senders.tasks.join_next().await.is_some() {}
         if left > 0 {
             tracing::warn!(
                 left,
@@ -502,53 +531,6 @@ impl Replicator {
             );
         } else if before > 0 {
             tracing::info!(flushed = before, "replication queues flushed");
-        }
-        for q in &queues {
-            q.stopped.store(true, Ordering::Release);
-            q.notify.notify_one();
-        }
-        senders.abort_all();
-        while senders.join_next().await.is_some() {}
-    }
-
-    /// Sends one peer's batches until the peer is removed.
-    async fn sender(self: Arc<Self>, q: Arc<PeerQueue>) {
-        let mut backoff = PeerBackoff::default();
-        let labels = q.labels();
-        // Whether the last failure was about credentials (to log transitions, not every retry).
-        let mut unauthorized = false;
-        loop {
-            if q.stopped.load(Ordering::Acquire) {
-                return;
-            }
-            if !batch_due(&q).await {
-                continue;
-            }
-            q.sending.store(true, Ordering::Release);
-            let batch = self.take(&q);
-            if batch.is_empty() {
-                q.sending.store(false, Ordering::Release);
-                continue;
-            }
-            let refs: Vec<&Replication> = batch.iter().map(|t| &t.record).collect();
-            let span = tracing::debug_span!("replication_batch", peer = %q.url.display(), items = batch.len());
-            let sent = self
-                .client
-                .send(&q.url, &refs, q.kind == PeerKind::Replica)
-                .instrument(span)
-                .await;
-            match sent {
-                Ok(responses) => {
-                    backoff.success();
-                    if std::mem::take(&mut unauthorized) {
-                        tracing::info!(peer = %q.url.display(), "the peer accepts our credentials again");
-                        self.health.clear(&q.health_source());
-                    }
-                    self.delivered(&q, &labels, &batch, responses);
-                }
-                Err(e) => self.failed(&q, batch, e, &mut backoff, &mut unauthorized).await,
-            }
-            q.sending.store(false, Ordering::Release);
         }
     }
 
@@ -597,55 +579,6 @@ impl Replicator {
         self.metrics.dropped(peer, "expired", expired);
         self.metrics.dropped(peer, "overflow", overflow);
         batch
-    }
-
-    /// A batch failed: retried (with its tasks' original ages) unless the peer refused it for good.
-    async fn failed(
-        &self,
-        q: &PeerQueue,
-        batch: Vec<Taken>,
-        e: client::Error,
-        backoff: &mut PeerBackoff,
-        unauthorized: &mut bool,
-    ) {
-        let class = e.class();
-        let peer = q.url.display();
-        self.metrics
-            .failures
-            .get_or_create(&FailureLabels {
-                peer: peer.to_string(),
-                class: failure_label(class),
-            })
-            .inc();
-        let delay = backoff.failure(class);
-        match class {
-            Failure::Permanent => {
-                tracing::warn!(peer, error = %e, items = batch.len(), "dropped a replication batch the peer refused");
-                self.metrics.dropped(peer, "refused", batch.len() as u64);
-                return;
-            }
-            Failure::Unauthorized => {
-                if !std::mem::replace(unauthorized, true) {
-                    tracing::error!(peer, error = %e, "a peer refuses our credentials: replication to it is failing");
-                }
-                self.health.warn(q.health_source(), e.to_string());
-            }
-            Failure::Congestion | Failure::Network => {
-                tracing::debug!(peer, error = %e, retry_in = ?delay, "replication batch failed; will retry");
-            }
-        }
-        if q.flushing.load(Ordering::Acquire) {
-            // Shutting down: no retries (the peer will hear of it through its own sync).
-            return;
-        }
-        q.batcher.lock().requeue(batch);
-        q.sending.store(false, Ordering::Release);
-        let woken = || q.stopped.load(Ordering::Acquire) || q.flushing.load(Ordering::Acquire);
-        tokio::select! {
-            _ = tokio::time::sleep(delay) => {}
-            // A removed peer's sender ends at once; a flush tries once more at once.
-            _ = async { while !woken() { q.notify.notified().await } } => {}
-        }
     }
 
     /// Acts on one item's answer, as Java's `PeerEurekaNode` does.
@@ -698,6 +631,143 @@ impl Replicator {
     }
 }
 
+/// What [`Replicator::run`] holds of the senders: their tasks, the token that stops each, and
+/// the one that flushes them all.
+#[derive(Default)]
+struct Senders {
+    tasks: JoinSet<()>,
+    /// By peer base URL: cancelled when the peer leaves the list.
+    stops: HashMap<String, CancellationToken>,
+    /// Cancelled on shutdown: every sender sends what is queued, then ends.
+    flush: CancellationToken,
+}
+
+/// One peer's sender, run as a task of [`Senders`]: waits for the next batch to be due, sends
+/// it, acts on the answers, backs off after a failure.
+struct PeerSender {
+    replicator: Arc<Replicator>,
+    q: Arc<PeerQueue>,
+    labels: PeerLabels,
+    /// A task arrived.
+    woken: mpsc::Receiver<()>,
+    /// The peer left the list: end at the next wait (a batch on its way is finished first).
+    stop: CancellationToken,
+    /// The process is stopping: send what is queued at once and without retries, then end.
+    flush: CancellationToken,
+    backoff: PeerBackoff,
+    /// Whether the last failure was about credentials (to log transitions, not every retry).
+    unauthorized: bool,
+}
+
+impl PeerSender {
+    /// Sends this peer's batches until the peer is removed, or its queue is flushed.
+    async fn run(mut self) {
+        while let Some(batch) = self.next_batch().await {
+            self.send(batch).await;
+        }
+    }
+
+    /// Waits until the next batch is due (at once while flushing) and takes it; `None` when the
+    /// sender is to end: the peer was removed, or the queue is flushed.
+    async fn next_batch(&mut self) -> Option<Vec<Taken>> {
+        loop {
+            if self.stop.is_cancelled() {
+                return None;
+            }
+            let flushing = self.flush.is_cancelled();
+            let due = self.q.batcher.lock().due_at();
+            match due {
+                None if flushing => return None,
+                None => tokio::select! {
+                    biased;
+                    _ = self.stop.cancelled() => return None,
+                    _ = self.flush.cancelled() => continue,
+                    Some(()) = self.woken.recv() => continue,
+                },
+                Some(at) if !flushing && at > Instant::now() => tokio::select! {
+                    biased;
+                    _ = self.stop.cancelled() => return None,
+                    _ = self.flush.cancelled() => {}
+                    // A new task may make a full batch: look again.
+                    Some(()) = self.woken.recv() => continue,
+                    _ = tokio::time::sleep_until(at) => {}
+                },
+                Some(_) => {}
+            }
+            let batch = self.replicator.take(&self.q);
+            if !batch.is_empty() {
+                return Some(batch);
+            }
+        }
+    }
+
+    /// Sends one batch and acts on the peer's answer.
+    async fn send(&mut self, batch: Vec<Taken>) {
+        let (r, q) = (&self.replicator, &self.q);
+        let refs: Vec<&Replication> = batch.iter().map(|t| &t.record).collect();
+        let span = tracing::debug_span!("replication_batch", peer = %q.url.display(), items = batch.len());
+        let sent = r
+            .client
+            .send(&q.url, &refs, q.kind == PeerKind::Replica)
+            .instrument(span)
+            .await;
+        match sent {
+            Ok(responses) => {
+                self.backoff.success();
+                if std::mem::take(&mut self.unauthorized) {
+                    tracing::info!(peer = %q.url.display(), "the peer accepts our credentials again");
+                    r.health.clear(&q.health_source());
+                }
+                r.delivered(q, &self.labels, &batch, responses);
+            }
+            Err(e) => self.failed(batch, e).await,
+        }
+    }
+
+    /// A batch failed: retried (with its tasks' original ages) after the backoff, unless the
+    /// peer refused it for good or the process is stopping.
+    async fn failed(&mut self, batch: Vec<Taken>, e: client::Error) {
+        let (r, q) = (&self.replicator, &self.q);
+        let class = e.class();
+        let peer = q.url.display();
+        r.metrics
+            .failures
+            .get_or_create(&FailureLabels {
+                peer: peer.to_string(),
+                class: failure_label(class),
+            })
+            .inc();
+        let delay = self.backoff.failure(class);
+        match class {
+            Failure::Permanent => {
+                tracing::warn!(peer, error = %e, items = batch.len(), "dropped a replication batch the peer refused");
+                r.metrics.dropped(peer, "refused", batch.len() as u64);
+                return;
+            }
+            Failure::Unauthorized => {
+                if !std::mem::replace(&mut self.unauthorized, true) {
+                    tracing::error!(peer, error = %e, "a peer refuses our credentials: replication to it is failing");
+                }
+                r.health.warn(q.health_source(), e.to_string());
+            }
+            Failure::Congestion | Failure::Network => {
+                tracing::debug!(peer, error = %e, retry_in = ?delay, "replication batch failed; will retry");
+            }
+        }
+        if self.flush.is_cancelled() {
+            // Shutting down: no retries (the peer will hear of it through its own sync).
+            return;
+        }
+        q.batcher.lock().requeue(batch);
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            // A removed peer's sender ends at once; a flush tries once more at once.
+            _ = self.stop.cancelled() => {}
+            _ = self.flush.cancelled() => {}
+        }
+    }
+}
+
 /// Whether `info` carries this cluster's ownership metadata.
 pub fn owned_by(info: &InstanceInfo, cluster_id: &str) -> bool {
     use crate::registry::instance::keys;
@@ -738,29 +808,6 @@ fn cancel_record(info: &InstanceInfo, writer: Writer, origin: Origin) -> Replica
         instance: None,
         origin,
         writer,
-    }
-}
-
-/// Waits until a peer's next batch is due (at once while flushing). False when woken first, by
-/// a new task, a flush or a stop, so the sender looks again.
-async fn batch_due(q: &PeerQueue) -> bool {
-    let flushing = q.flushing.load(Ordering::Acquire);
-    let due = q
-        .batcher
-        .lock()
-        .due_at()
-        .map(|at| if flushing { Instant::now() } else { at });
-    let notified = q.notify.notified();
-    match due {
-        None => {
-            notified.await;
-            false
-        }
-        Some(at) if at > Instant::now() => tokio::select! {
-            _ = tokio::time::sleep_until(at) => true,
-            _ = notified => false,
-        },
-        Some(_) => true,
     }
 }
 
@@ -810,5 +857,229 @@ mod tests {
         let mut heartbeat = rec(Writer::Client, Adopted);
         heartbeat.action = ReplicationAction::Heartbeat;
         assert_eq!(route(&heartbeat, false), t(true, true));
+    }
+}
+
+/// The senders against a peer on a local socket: batching, removal, the shutdown flush.
+#[cfg(test)]
+mod sender_tests {
+    use std::sync::atomic::AtomicBool;
+
+    use super::*;
+    use crate::{
+        codec::batch,
+        leadership::Lead,
+        registry::{Registry, RegistryConfig},
+        state::{Clock, SystemClock},
+        supervisor::Supervisor,
+    };
+
+    /// A peer that answers 200 to every item; each batch's size is recorded.
+    async fn peer() -> (PeerUrl, Arc<Mutex<Vec<usize>>>) {
+        let batches = Arc::new(Mutex::new(Vec::new()));
+        let seen = batches.clone();
+        let answer = move |body: axum::body::Bytes| {
+            let seen = seen.clone();
+            async move {
+                let items = batch::decode_list(&body, 0).expect("a replication batch").len();
+                seen.lock().push(items);
+                let ok = batch::ItemResponse {
+                    status_code: 200,
+                    entity: None,
+                };
+                batch::encode_response(&vec![ok; items])
+            }
+        };
+        let app = axum::Router::new().route("/eureka/peerreplication/batch/", axum::routing::post(answer));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = PeerUrl::parse(&format!("http://{}/eureka/", listener.local_addr().unwrap())).unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (url, batches)
+    }
+
+    /// A URL where nothing listens (connections are refused).
+    async fn away() -> PeerUrl {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/eureka/", listener.local_addr().unwrap());
+        drop(listener);
+        PeerUrl::parse(&url).unwrap()
+    }
+
+    fn java(url: &PeerUrl) -> Peer {
+        Peer {
+            url: url.clone(),
+            kind: PeerKind::Java,
+            ready: true,
+        }
+    }
+
+    struct Running {
+        replicator: Arc<Replicator>,
+        state: AppState,
+        peers: watch::Sender<Vec<Peer>>,
+        supervisor: Supervisor,
+        task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    }
+
+    /// A replicator running with `peers`, batches waiting `max_delay`.
+    async fn running(peers: Vec<Peer>, max_delay: Duration) -> Running {
+        let settings = ReplicationConfig {
+            limits: Limits {
+                capacity: 1000,
+                max_age: Duration::from_secs(60),
+                max_delay,
+            },
+            connect_timeout: Duration::from_secs(1),
+            read_timeout: Duration::from_secs(5),
+            replica_id: "test".into(),
+            credentials: None,
+            java_heartbeat_interval: Duration::from_secs(30),
+            anti_entropy_interval: Duration::from_secs(60),
+            flush_timeout: Duration::from_secs(5),
+            tls: None,
+        };
+        let state = AppState::new(
+            Registry::new(RegistryConfig::default(), SystemClock.now_ms()),
+            Arc::new(SystemClock),
+            false,
+            Default::default(),
+        );
+        state.open_for_traffic(0);
+        let (_lead, leader) = watch::channel(Lead::Always);
+        let (_id, cluster_id) = watch::channel(None);
+        let health = Health::new(Arc::new(AtomicBool::new(true)));
+        let replicator = Replicator::new(
+            state.clone(),
+            leader,
+            settings,
+            ReplicationMetrics::default(),
+            health,
+            cluster_id,
+        );
+        state.add_listener(replicator.clone());
+        let wanted = peers.len();
+        let (tx, rx) = watch::channel(peers);
+        let supervisor = Supervisor::new(Duration::from_secs(10));
+        let task = tokio::spawn(replicator.clone().run(rx, supervisor.shutdown()));
+        let r = Running {
+            replicator,
+            state,
+            peers: tx,
+            supervisor,
+            task,
+        };
+        r.queues(wanted).await;
+        r
+    }
+
+    impl Running {
+        fn register(&self, id: &str) {
+            let mut info = InstanceInfo::new("A", &format!("{id}.example"), "10.0.0.1", self.state.now());
+            info.instance_id = Some(id.into());
+            self.state.apply(Command::Register {
+                info,
+                writer: Writer::Client,
+            });
+        }
+
+        /// Waits until the replicator has `n` queues.
+        async fn queues(&self, n: usize) {
+            tokio::time::timeout(Duration::from_secs(5), async {
+                while self.replicator.queues_of(None).len() != n {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            })
+            .await
+            .expect("the peer list applied");
+        }
+
+        fn queued(&self) -> usize {
+            self.replicator
+                .queues_of(None)
+                .iter()
+                .map(|q| q.batcher.lock().len())
+                .sum()
+        }
+
+        /// Stops the process; returns how long the replicator took to end.
+        async fn shut_down(self) -> Duration {
+            let started = Instant::now();
+            self.supervisor.run(async {}).await.expect("no task failed");
+            let ended = tokio::time::timeout(Duration::from_secs(10), self.task)
+                .await
+                .expect("the replicator ends");
+            ended.expect("no panic").expect("a clean end");
+            started.elapsed()
+        }
+    }
+
+    async fn eventually(what: &str, check: impl Fn() -> bool) {
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while !check() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for {what}"));
+    }
+
+    #[tokio::test]
+    async fn tasks_go_in_one_batch_when_the_oldest_has_waited() {
+        let (url, batches) = peer().await;
+        let r = running(vec![java(&url)], Duration::from_millis(200)).await;
+        for id in ["a1", "a2", "a3"] {
+            r.register(id);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(batches.lock().is_empty(), "sent before the batching delay");
+        eventually("the batch", || !batches.lock().is_empty()).await;
+        assert_eq!(*batches.lock(), vec![3]);
+        assert_eq!(r.queued(), 0);
+        r.shut_down().await;
+    }
+
+    #[tokio::test]
+    async fn a_shutdown_flushes_what_waits_to_be_batched() {
+        let (url, batches) = peer().await;
+        // Batches wait 30 s: only the flush can deliver in time.
+        let r = running(vec![java(&url)], Duration::from_secs(30)).await;
+        r.register("a1");
+        r.register("a2");
+        let took = r.shut_down().await;
+        assert_eq!(*batches.lock(), vec![2]);
+        assert!(took < Duration::from_secs(2), "the flush took {took:?}");
+    }
+
+    #[tokio::test]
+    async fn a_shutdown_does_not_retry_toward_a_peer_that_is_away() {
+        let r = running(vec![java(&away().await)], Duration::from_secs(30)).await;
+        r.register("a1");
+        let took = r.shut_down().await;
+        // One try, no backoff, well within the flush timeout (5 s).
+        assert!(took < Duration::from_secs(2), "the flush took {took:?}");
+    }
+
+    #[tokio::test]
+    async fn a_removed_peer_loses_its_queue_and_its_sender() {
+        let (url, batches) = peer().await;
+        let r = running(vec![java(&url)], Duration::from_secs(30)).await;
+        r.register("a1");
+        assert_eq!(r.queued(), 1);
+        let old = r.replicator.queues_of(None).remove(0);
+        r.peers.send_replace(Vec::new());
+        r.queues(0).await;
+        // Its sender ended: nothing else holds the old queue.
+        eventually("the sender to end", || Arc::strong_count(&old) == 1).await;
+        // Back in the list: a new queue, without what the old one held.
+        r.peers.send_replace(vec![java(&url)]);
+        r.queues(1).await;
+        assert_eq!(r.queued(), 0);
+        r.register("a2");
+        r.shut_down().await;
+        assert_eq!(
+            *batches.lock(),
+            vec![1],
+            "only the task queued after the peer came back"
+        );
     }
 }
