@@ -266,7 +266,7 @@ pub struct ReplicationMetrics {
     batches: Family<PeerLabels, Counter>,
     /// Failed batches per peer and failure class.
     failures: Family<FailureLabels, Counter>,
-    /// Tasks dropped per peer and reason (`overflow`, `expired`, `refused`).
+    /// Tasks dropped per peer and reason (`overflow`, `expired`, `refused`, `peer_removed`).
     dropped: Family<DropLabels, Counter>,
     /// Newer copies taken from peers' 409 answers.
     pub conflicts_resolved: Counter,
@@ -288,7 +288,7 @@ impl ReplicationMetrics {
         r.register("failures", "Failed batches per peer and class", self.failures.clone());
         r.register(
             "dropped",
-            "Tasks dropped per peer: queue full (overflow), older than --max-time-for-replication (expired), or refused by the peer",
+            "Tasks dropped per peer: queue full (overflow), older than --max-time-for-replication (expired), refused by the peer, or left when the peer left the list (peer_removed)",
             self.dropped.clone(),
         );
         r.register(
@@ -465,7 +465,12 @@ impl Replicator {
                     stop.cancel();
                 }
                 self.health.clear(&q.health_source());
-                tracing::info!(peer = %url, "peer removed");
+                // What it still held will not be sent: counted, and its queue gauge goes.
+                let left = q.batcher.lock().len() as u64;
+                let labels = q.labels();
+                self.metrics.dropped(&labels.peer, "peer_removed", left);
+                self.metrics.queued.remove(&labels);
+                tracing::info!(peer = %url, unsent = left, "peer removed");
             }
             keep
         });
@@ -1068,6 +1073,17 @@ mod sender_tests {
         let old = r.replicator.queues_of(None).remove(0);
         r.peers.send_replace(Vec::new());
         r.queues(0).await;
+        // What it held is counted as dropped.
+        let dropped = r
+            .replicator
+            .metrics
+            .dropped
+            .get_or_create(&DropLabels {
+                peer: old.labels().peer,
+                reason: "peer_removed",
+            })
+            .get();
+        assert_eq!(dropped, 1, "the removed peer's unsent task is counted");
         // Its sender ended: nothing else holds the old queue.
         eventually("the sender to end", || Arc::strong_count(&old) == 1).await;
         // Back in the list: a new queue, without what the old one held.
