@@ -6,10 +6,12 @@
 //! kube-runtime does not offer: that mapping, and the projection index.
 //!
 //! A reconcile reads as: plan (pure) → registry commands (every replica) → status (pure) → the
-//! leader's writes (finalizer through kube-runtime's `finalizer` helper, status by server-side
-//! apply, Events). Every replica reconciles, since each derives the pod instances of its own
-//! registry; only the Lease holder writes to Kubernetes, and it reconciles every EurekaApp again
-//! when it takes the Lease so the current state is written at once.
+//! leader's writes (the removal of an earlier version's finalizer, status by server-side apply,
+//! Events). Every replica reconciles, since each derives the pod instances of its own registry;
+//! only the Lease holder writes to Kubernetes, and it reconciles every EurekaApp again when it
+//! takes the Lease so the current state is written at once. A reconcile never waits on the other
+//! replicas: the pods waiting for their readiness gate are handed to the gate task, which asks
+//! the replicas and opens the gates on its own timer; the only requeue is a drain's deadline.
 //!
 //! Guarantees:
 //! * nothing is removed before every watch has listed once; the registry is *complete* (fetches
@@ -28,8 +30,11 @@
 //!
 //! Its parts: [`routing`] (stores and triggers by scope, the pod and node watches), [`apply`] (the
 //! registry part of a reconcile), [`wakers`] (conflicts and adoption between reconciles),
-//! [`completeness`] (readiness of the registry and the sweep), [`gates`] (readiness gates) and
-//! [`writes`] (the leader's writes and their retries).
+//! [`completeness`] (readiness of the registry and the sweep), [`gates`] (readiness gates: which
+//! pods wait, and the gate task) and [`writes`] (the leader's writes and their retries). The
+//! controllers, the watches, the background checks and sweep, the gate task and the handling of
+//! deletions run together in [`run`], which the supervisor owns as the `controller` task: one of
+//! them ending ends it. Scenario tests of the pure parts are in `tests.rs`.
 //!
 //! With `--watch-namespaces`, each namespace gets its own `Controller` (a kube reflector watches
 //! one namespace or all of them); their triggers are routed by namespace.
@@ -250,8 +255,9 @@ pub struct Context {
     /// The peers; the readiness gate opens once every ready replica has the instance.
     peers: watch::Receiver<Vec<Peer>>,
     peer_client: PeerClient,
-    /// When every replica was first seen holding a gated pod's instance UP, by (namespace, pod).
-    gates_confirmed: Mutex<HashMap<(String, String), std::time::Instant>>,
+    /// The pods waiting for their readiness gate, which the leader's reconciles hand the gate
+    /// task ([`gates`]).
+    gates: gates::Gates,
 }
 
 /// What the controller works with.
@@ -270,7 +276,8 @@ pub struct ControllerWiring {
     pub peer_client: PeerClient,
 }
 
-/// Builds the controllers and runs them, the pod and node watches, and the sweep, until shutdown.
+/// Builds the controllers and runs them, the pod and node watches, the sweep and the gate task,
+/// until shutdown.
 pub async fn run(settings: ControllerConfig, parts: ControllerWiring, shutdown: Shutdown) -> anyhow::Result<()> {
     let ControllerWiring {
         client,
@@ -319,7 +326,7 @@ pub async fn run(settings: ControllerConfig, parts: ControllerWiring, shutdown: 
         claimed: Mutex::default(),
         peers,
         peer_client,
-        gates_confirmed: Mutex::default(),
+        gates: gates::Gates::default(),
     });
     state.add_listener(Arc::new(ConflictWaker(ctx.clone())));
     state.add_listener(Arc::new(AdoptionWaker(ctx.clone())));
@@ -350,7 +357,8 @@ pub async fn run(settings: ControllerConfig, parts: ControllerWiring, shutdown: 
             Ok(())
         }
         ended = watches => ended,
-        ended = ctx.clone().background(leader) => ended,
+        ended = ctx.clone().background(leader.clone()) => ended,
+        ended = ctx.clone().open_gates(leader) => ended,
         ended = forget => ended,
     }
 }
@@ -467,3 +475,6 @@ async fn reconcile(app: Arc<EurekaApp>, ctx: Arc<Context>) -> Result<Action, Err
     ctx.failures.lock().remove(&key);
     Ok(action)
 }
+
+#[cfg(test)]
+mod tests;

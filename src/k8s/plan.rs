@@ -687,4 +687,4 @@ fn overrides(spec: &EurekaAppSpec, pod: &PodInfo, problems: &mut Vec<Problem>) -
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

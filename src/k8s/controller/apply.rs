@@ -14,7 +14,8 @@ pub(super) struct Applied {
     pub(super) notes: Vec<Note>,
     /// When to look again (a drain deadline).
     pub(super) action: Action,
-    /// Pods whose readiness gate this operator may open once every replica has their instance.
+    /// Pods whose readiness gate this operator may open once every replica has their instance
+    /// (the leader hands them to the gate task).
     pub(super) gated: Option<Gated>,
 }
 
@@ -229,6 +230,7 @@ impl Context {
             .state
             .with_registry(|r, _| r.pod_instances_of(&key.namespace, &key.name));
         let applied = self.deregister_all(&key, &gone, &current, self.state.now());
+        self.gates.hand(&key, None);
         self.failures.lock().remove(&key);
         self.reconciled.lock().remove(&key);
         for note in &applied.notes {

@@ -2,6 +2,7 @@
 //! controller of the right scope, and the pod and node watches whose changes become those requests.
 
 use super::*;
+use crate::k8s::pods::Labels;
 
 /// The EurekaApp stores, one per watch scope.
 #[derive(Clone, Default)]
@@ -170,18 +171,26 @@ impl Context {
         }
         for t in touched {
             for app in self.stores.apps_in(&t.namespace) {
-                let spec = &app.spec;
-                let selects = t.labels.iter().any(|labels| {
-                    selector_matches(&spec.selector, labels).unwrap_or(true)
-                        || spec
-                            .status_overrides
-                            .iter()
-                            .any(|o| selector_matches(&o.selector, labels).unwrap_or(false))
-                });
-                if selects && let Some(key) = AppKey::of(&app) {
+                if selects(&app, &t.labels)
+                    && let Some(key) = AppKey::of(&app)
+                {
                     self.triggers.send(&key);
                 }
             }
         }
     }
+}
+
+/// Whether a change of a pod that had or has one of the label sets `labels` concerns `app`: its
+/// selector matches one (an invalid selector counts as a match, so that the reconcile reports
+/// it), or one of its status overrides' selectors does.
+pub(super) fn selects(app: &EurekaApp, labels: &[Labels]) -> bool {
+    let spec = &app.spec;
+    labels.iter().any(|labels| {
+        selector_matches(&spec.selector, labels).unwrap_or(true)
+            || spec
+                .status_overrides
+                .iter()
+                .any(|o| selector_matches(&o.selector, labels).unwrap_or(false))
+    })
 }

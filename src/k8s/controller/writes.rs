@@ -54,16 +54,12 @@ pub(super) fn backoff(failures: u32, cap: Duration) -> Duration {
 }
 
 impl Context {
-    /// The leader's writes: the status, the Events, the readiness gates of pods whose instance
-    /// every replica has, and the removal of the finalizer an earlier version added.
+    /// The leader's writes: the status, the Events, and the removal of the finalizer an earlier
+    /// version added; the pods waiting for their readiness gate go to the gate task (which
+    /// opens them without holding up the reconcile).
     pub(super) async fn write(&self, app: Arc<EurekaApp>, key: &AppKey, applied: Applied) -> Result<Action, Error> {
         let api: Api<EurekaApp> = Api::namespaced(self.client.clone(), &key.namespace);
-        let mut action = applied.action;
-        if let Some(gated) = &applied.gated
-            && let Some(again) = self.open_gates(key, gated).await
-        {
-            action = Action::requeue(again);
-        }
+        self.gates.hand(key, applied.gated);
         let result = async {
             remove_legacy_finalizer(&api, key, &app).await?;
             match &applied.status {
@@ -75,7 +71,7 @@ impl Context {
         }
         .await;
         self.record(key, &applied.notes).await;
-        result.map(|()| action)
+        result.map(|()| applied.action)
     }
 
     /// Server-side applies the status unless only its sync time changed.
@@ -145,19 +141,5 @@ impl Context {
                 }
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_and_is_capped() {
-        let cap = Duration::from_secs(60);
-        assert_eq!(backoff(1, cap), Duration::from_millis(500));
-        assert_eq!(backoff(3, cap), Duration::from_secs(2));
-        assert_eq!(backoff(8, cap), Duration::from_secs(60));
-        assert_eq!(backoff(30, cap), cap);
     }
 }

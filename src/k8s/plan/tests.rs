@@ -38,7 +38,8 @@ status:
     PodInfo::from_pod(&p).unwrap()
 }
 
-fn run(app: &EurekaApp, pods: &[PodInfo]) -> Plan {
+/// `app`'s plan in `shop` for `pods` (node-a in zone-1; the controller's tests plan with it too).
+pub(crate) fn run(app: &EurekaApp, pods: &[PodInfo]) -> Plan {
     let zones: BTreeMap<String, String> = [("node-a".to_string(), "zone-1".to_string())].into();
     let ctx = Facts {
         cluster_id: "prod",
