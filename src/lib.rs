@@ -224,8 +224,7 @@ mod readme {
     #[test]
     fn the_reference_pages_are_current() {
         use clap::CommandFactory;
-        use kube::CustomResourceExt;
-        let crd = serde_json::to_value(crate::k8s::crd::EurekaApp::crd()).unwrap();
+        let crd = crate::k8s::crd::crd();
         assert_current(
             "eurekaapp.md",
             &pages::eurekaapp(&crd),

@@ -10,16 +10,13 @@
 use std::path::PathBuf;
 
 use clap::CommandFactory;
-use kube::CustomResourceExt;
 
 #[path = "docgen/pages.rs"]
 mod pages;
 
 fn page(name: &str) -> anyhow::Result<String> {
     Ok(match name {
-        "eurekaapp" | "eurekaapp.md" => {
-            pages::eurekaapp(&serde_json::to_value(eureka_operator::k8s::crd::EurekaApp::crd())?)
-        }
+        "eurekaapp" | "eurekaapp.md" => pages::eurekaapp(&eureka_operator::k8s::crd::crd()),
         "flags" | "flags.md" => pages::flags(&eureka_operator::config::Args::command()),
         "metrics" | "metrics.md" => {
             let metrics = eureka_operator::runtime::metrics_catalogue();

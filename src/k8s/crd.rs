@@ -32,11 +32,13 @@ pub const STATUS_OVERRIDE_ANNOTATION: &str = "eureka-operator.dev/status-overrid
     status = "EurekaAppStatus",
     shortname = "ea",
     category = "eureka",
+    doc = "An EurekaApp turns the Pods its selector picks into instances of one Eureka application: registered by the operator from each Pod's readiness, termination and metadata (registration: Operator), or registered by the Pods' own Eureka clients and adopted (registration: Adopt). Every replica of the operator serves them to Eureka clients and Java Eureka peers.",
     printcolumn = r#"{"name":"App","type":"string","jsonPath":".status.appName"}"#,
     printcolumn = r#"{"name":"Selected","type":"integer","jsonPath":".status.selectedPods"}"#,
     printcolumn = r#"{"name":"Up","type":"integer","jsonPath":".status.instances.up"}"#,
     printcolumn = r#"{"name":"Out-of-service","type":"integer","jsonPath":".status.instances.outOfService"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
     printcolumn = r#"{"name":"Registration","type":"string","jsonPath":".spec.registration","priority":1}"#,
     printcolumn = r#"{"name":"Adopted","type":"integer","jsonPath":".status.instances.adopted","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
@@ -96,11 +98,16 @@ pub struct EurekaAppSpec {
     #[x_kube(validation = Rule::new("self.contains('{pod.name}') || self.contains('{pod.hostname}') || self.contains('{pod.uid}') || self.contains('{pod.ip}')").message("instanceId must contain {pod.name}, {pod.hostname}, {pod.uid} or {pod.ip} so that it is unique per pod"))]
     pub instance_id: Option<String>,
 
-    /// What `hostName` holds (a `preset` decides it when set).
+    /// What `hostName` holds (a `preset` decides it when set): `PodIP` the pod IP (the default;
+    /// Spring's `prefer-ip-address`); `PodName` the pod's name; `PodFQDN` its DNS name
+    /// (`hostname.subdomain.<namespace>.svc.<domain>` when it has a subdomain, else
+    /// `a-b-c-d.<namespace>.pod.<domain>`); `NodeIP` the node's IP (hostNetwork pods);
+    /// `PodHostname` the host name Spring Cloud finds in the pod (`spring.cloud.client.hostname`:
+    /// its `hostname`, else its name, fully qualified when it has a `subdomain`).
     #[serde(default)]
     pub host_name: HostNameMode,
 
-    /// Which pod IP becomes `ipAddr`.
+    /// Which pod IP becomes `ipAddr` on a dual-stack pod: `IPv4` (the default) or `IPv6`.
     #[serde(default)]
     pub ip_family: IpFamily,
 
@@ -125,11 +132,15 @@ pub struct EurekaAppSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<LeaseSpec>,
 
-    /// What a selected pod that is not Ready maps to.
+    /// What a selected pod that is not Ready maps to: the Eureka status `STARTING` (the default),
+    /// `DOWN` or `OUT_OF_SERVICE`, or `Deregister` (no instance until it is Ready; not with
+    /// `registration: Adopt`).
     #[serde(default)]
     pub not_ready: NotReadyMapping,
 
-    /// What a terminating pod (with a deletionTimestamp) maps to until the drain ends.
+    /// What a terminating pod (with a deletionTimestamp) maps to until the drain
+    /// (`drainSeconds`) ends: `OUT_OF_SERVICE` (the default) or `DOWN`, or `Deregister`
+    /// (deregistered at once, without a drain).
     #[serde(default)]
     pub terminating: TerminatingMapping,
 
@@ -293,7 +304,8 @@ pub struct MetadataSpec {
     /// Pod annotations copied into metadata (an allow-list of keys).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub from_annotations: Vec<String>,
-    /// Pod fields added as `k8s.<field>` entries.
+    /// Pod fields added as `k8s.<field>` entries: `Namespace`, `PodName`, `PodUID`, `PodIP`,
+    /// `NodeName`, `ServiceAccount`, `Workload` (`Kind/name` of the controlling owner).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pod_fields: Vec<PodField>,
 }
@@ -324,9 +336,14 @@ pub struct ZoneSpec {
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("self.durationSeconds > self.renewalIntervalSeconds").message("durationSeconds must be longer than renewalIntervalSeconds"))]
 pub struct LeaseSpec {
+    /// `leaseInfo.renewalIntervalInSecs` published with the instances (default 30): how often a
+    /// Eureka client would renew. Pod instances do not expire; Java peers that hold copies of
+    /// them get heartbeats from the operator at about this pace.
     #[serde(default = "default_renewal")]
     #[x_kube(validation = Rule::new("self >= 1 && self <= 3600").message("renewalIntervalSeconds must be between 1 and 3600"))]
     pub renewal_interval_seconds: i32,
+    /// `leaseInfo.durationInSecs` published with the instances (default 90): how long a peer
+    /// keeps an instance after its last renewal. Longer than `renewalIntervalSeconds`.
     #[serde(default = "default_duration")]
     #[x_kube(validation = Rule::new("self >= 1 && self <= 86400").message("durationSeconds must be between 1 and 86400"))]
     pub duration_seconds: i32,
@@ -377,18 +394,25 @@ pub enum OverrideStatus {
 #[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct StatusOverride {
+    /// The status every instance of the app shows, whatever its pod's state: `UP`, `DOWN` or
+    /// `OUT_OF_SERVICE` (e.g. for maintenance). A REST override on one instance beats it.
     pub status: OverrideStatus,
     /// Why, for people reading `kubectl describe`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
 
+/// A status override for the pods a selector picks.
 #[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct SelectorOverride {
+    /// The pods (among those `selector` selects) the override applies to.
     #[x_kube(validation = Rule::new("(has(self.matchLabels) && size(self.matchLabels) > 0) || (has(self.matchExpressions) && size(self.matchExpressions) > 0)").message("selector must have matchLabels or matchExpressions"))]
     pub selector: LabelSelector,
+    /// The status their instances show, whatever their pods' state: `UP`, `DOWN` or
+    /// `OUT_OF_SERVICE` (e.g. a canary held out of traffic).
     pub status: OverrideStatus,
+    /// Why, for people reading `kubectl describe`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
@@ -397,10 +421,15 @@ pub struct SelectorOverride {
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EurekaAppStatus {
+    /// The `metadata.generation` of the spec this status was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Ready`, `Degraded`, `Conflict`.
+    /// `Ready` (every selected pod is registered as its state says), `Degraded` (the spec or a
+    /// pod cannot be fully applied; the last valid plan is kept) and `Conflict` (an instance id
+    /// is held by another pod or a foreign client), one of each type; `reason` and `message` say
+    /// why.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
     /// The Eureka application name in use.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -414,6 +443,7 @@ pub struct EurekaAppStatus {
     /// With `registration: Adopt`: selected pods whose client has not registered yet.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub awaiting_registration: i64,
+    /// When the leader last wrote this status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_sync_time: Option<Time>,
 }
@@ -421,14 +451,20 @@ pub struct EurekaAppStatus {
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct InstanceCounts {
+    /// Instances in the registry for the selected pods.
     pub registered: i64,
     /// Of which adopted (registered by the pods' own clients).
     #[serde(default)]
     pub adopted: i64,
+    /// Of which `UP`: what clients route to.
     pub up: i64,
+    /// Of which `DOWN`.
     pub down: i64,
+    /// Of which `STARTING` (by default, pods that are not Ready yet).
     pub starting: i64,
+    /// Of which `OUT_OF_SERVICE` (by default, terminating pods while they drain, and overrides).
     pub out_of_service: i64,
+    /// Of which `UNKNOWN`.
     pub unknown: i64,
 }
 
@@ -436,11 +472,40 @@ fn is_zero(n: &i64) -> bool {
     *n == 0
 }
 
+/// The CustomResourceDefinition, as the cluster gets it: the derived one with each description's
+/// doc-comment line breaks joined (paragraph breaks kept), so that `kubectl explain` wraps the
+/// text to its own width instead of breaking it where the source did.
+pub fn crd() -> serde_json::Value {
+    use kube::CustomResourceExt;
+    fn join_lines(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(map) => {
+                for (key, value) in map.iter_mut() {
+                    match value {
+                        serde_json::Value::String(text) if key == "description" => {
+                            *text = text
+                                .split("\n\n")
+                                .map(|paragraph| paragraph.split('\n').map(str::trim).collect::<Vec<_>>().join(" "))
+                                .collect::<Vec<_>>()
+                                .join("\n\n");
+                        }
+                        other => join_lines(other),
+                    }
+                }
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(join_lines),
+            _ => {}
+        }
+    }
+    let mut crd = serde_json::to_value(EurekaApp::crd()).expect("a CRD serializes");
+    join_lines(&mut crd);
+    crd
+}
+
 /// The CRD as YAML, as committed under `crds/`.
 pub fn crd_yaml() -> Result<String, serde_saphyr::ser::Error> {
-    use kube::CustomResourceExt;
     let mut out = String::from("# Generated by `cargo run --bin crdgen`; do not edit.\n");
-    out.push_str(&serde_saphyr::to_string(&EurekaApp::crd())?);
+    out.push_str(&serde_saphyr::to_string(&crd())?);
     Ok(out)
 }
 
@@ -448,8 +513,7 @@ pub fn crd_yaml() -> Result<String, serde_saphyr::ser::Error> {
 /// when `crds.keep` is (Helm never upgrades CRDs in a chart's `crds/` directory, so the chart
 /// carries it as a template).
 pub fn crd_helm_template() -> Result<String, serde_saphyr::ser::Error> {
-    use kube::CustomResourceExt;
-    let yaml = serde_saphyr::to_string(&EurekaApp::crd())?;
+    let yaml = serde_saphyr::to_string(&crd())?;
     let mut out = String::from("# Generated by `cargo run --bin crdgen -- --helm`; do not edit.\n");
     out.push_str("{{- if .Values.crds.install }}\n");
     for line in yaml.lines() {

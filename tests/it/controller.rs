@@ -489,11 +489,21 @@ async fn status_and_events_show_in_kubectl_and_conflicts_are_reported() {
     let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
     assert_eq!(
         header,
-        ["NAME", "APP", "SELECTED", "UP", "OUT-OF-SERVICE", "READY", "AGE"],
+        [
+            "NAME",
+            "APP",
+            "SELECTED",
+            "UP",
+            "OUT-OF-SERVICE",
+            "READY",
+            "REASON",
+            "AGE"
+        ],
         "{table}"
     );
     let row: Vec<&str> = table.lines().nth(1).unwrap().split_whitespace().collect();
     assert_eq!(row[5], "False", "not Ready while in conflict: {table}");
+    assert_eq!(row[6], "Conflict", "the Reason column says why: {table}");
     let describe = wait_for(
         "the Events",
         Duration::from_secs(20),
@@ -635,4 +645,63 @@ async fn readiness_reaches_the_registry_in_milliseconds() {
         p99 < Duration::from_secs(1),
         "Ready to visible must be well under a second: p99 {p99:?}"
     );
+}
+
+/// `kubectl explain` describes every field of the EurekaApp, as the real apiserver publishes the
+/// CRD's schema: the resource, each field of spec and status, and the fields of objects in lists
+/// (an empty description fails, naming the field).
+#[tokio::test]
+async fn kubectl_explain_describes_every_field() {
+    let Some(cluster) = prepared() else { return };
+    let crd = eureka_operator::k8s::crd::crd();
+    let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+    fn fields(schema: &serde_json::Value, path: &str, out: &mut Vec<String>) {
+        let object = if schema["type"] == "array" {
+            &schema["items"]
+        } else {
+            schema
+        };
+        for (name, field) in object["properties"].as_object().into_iter().flatten() {
+            let path = format!("{path}.{name}");
+            out.push(path.clone());
+            // The object's own metadata is Kubernetes' ObjectMeta, described by Kubernetes.
+            if path != "eurekaapps.metadata" {
+                fields(field, &path, out);
+            }
+        }
+    }
+    let mut paths = vec!["eurekaapps".to_string()];
+    fields(schema, "eurekaapps", &mut paths);
+    assert!(paths.len() > 70, "the walk found the fields: {paths:?}");
+    let explain = |path: &str| cluster.kubectl_ok(&["explain", path, "--api-version=eureka-operator.dev/v1alpha1"]);
+    let empty: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = paths
+            .chunks(paths.len().div_ceil(6))
+            .map(|chunk| {
+                s.spawn(move || {
+                    chunk
+                        .iter()
+                        .filter(|path| {
+                            let out = explain(path);
+                            let description = out
+                                .split("DESCRIPTION:")
+                                .nth(1)
+                                .map(|rest| rest.split("FIELDS:").next().unwrap_or("").trim().to_string())
+                                .unwrap_or_default();
+                            description.is_empty() || description == "<empty>"
+                        })
+                        .cloned()
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    });
+    assert!(empty.is_empty(), "kubectl explain shows no description for: {empty:?}");
+    // The enum values keep their meanings.
+    let host_name = explain("eurekaapps.spec.hostName")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(host_name.contains("`PodFQDN` its DNS name"), "{host_name}");
 }
