@@ -380,7 +380,6 @@ async fn on_every_replica(pods: &[Replica], what: &str, holds: impl Fn(&Registry
 /// find each other through the headless Service, elect one Lease holder; an EurekaApp registers
 /// a Deployment's real pod IPs; a py-eureka-client app in a pod fetches through the client
 /// Service and reaches those pods. One scenario, in order: each step needs the one before.
-#[tokio::test(flavor = "multi_thread")]
 async fn helm_install_with_defaults_serves_real_pods_to_a_client_in_a_pod() {
     let Some(cluster) = RealCluster::shared() else { return };
     let _turn = RealCluster::exclusive().await;
@@ -572,7 +571,6 @@ async fn up_everywhere(cluster: &RealCluster) -> BTreeSet<(String, String)> {
 /// an instance that was UP before. Then a killed container (kill -9 of its process): the kubelet
 /// restarts it, and every fetch it answers before and after Ready is complete; and a deleted pod
 /// exits within its shutdown delay plus 2 s.
-#[tokio::test(flavor = "multi_thread")]
 async fn helm_upgrade_and_container_faults_lose_nothing_and_refuse_no_client() {
     let Some(cluster) = RealCluster::shared() else { return };
     let _turn = RealCluster::exclusive().await;
@@ -719,7 +717,6 @@ fn hello_instances_in(reg: &Registry, ns: &str) -> usize {
 /// earlier version added is removed by the leader), so once the operator is gone, deleting
 /// namespaces that hold EurekaApps and pods finishes within 30 s; the CRD and the other
 /// EurekaApps stay, and installing again registers their pods again.
-#[tokio::test(flavor = "multi_thread")]
 async fn helm_uninstall_leaves_nothing_stuck_and_a_new_install_takes_everything_back() {
     let Some(cluster) = RealCluster::shared() else { return };
     let _turn = RealCluster::exclusive().await;
@@ -829,7 +826,6 @@ fn tls_secret(cluster: &RealCluster, name: &str) -> String {
 /// together are complete within 2 s of their watches listing, replicate to each other over HTTPS
 /// with the peer credentials, refuse a client without credentials, and a py-eureka-client app in a
 /// pod (the CA through `SSL_CERT_FILE`, the password in its URL) reaches the hello pods.
-#[tokio::test(flavor = "multi_thread")]
 async fn three_replicas_with_basic_auth_and_tls_start_together_and_serve_a_client_in_a_pod() {
     let Some(cluster) = RealCluster::shared() else { return };
     let _turn = RealCluster::exclusive().await;
@@ -924,4 +920,20 @@ async fn three_replicas_with_basic_auth_and_tls_start_together_and_serve_a_clien
         .kubectl()
         .args(["delete", "secret", "eo-tls", "-n", NS])
         .output();
+}
+
+/// The scenarios above on the shared real nodes, one after another. They take turns on the nodes
+/// anyway ([`RealCluster::exclusive`]); as one test, the turn never holds a second test thread
+/// idle while the rest of the suite waits for it (the suite runs on two). Each scenario names
+/// itself before it starts, so a failure says which one.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_chart_on_real_nodes() {
+    println!("[installed] helm install with the defaults");
+    helm_install_with_defaults_serves_real_pods_to_a_client_in_a_pod().await;
+    println!("[installed] helm uninstall, then install again");
+    helm_uninstall_leaves_nothing_stuck_and_a_new_install_takes_everything_back().await;
+    println!("[installed] helm upgrade and container faults");
+    helm_upgrade_and_container_faults_lose_nothing_and_refuse_no_client().await;
+    println!("[installed] three replicas with basic auth and TLS");
+    three_replicas_with_basic_auth_and_tls_start_together_and_serve_a_client_in_a_pod().await;
 }
