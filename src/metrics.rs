@@ -64,6 +64,11 @@ impl Metrics {
             "Writes refused because they exceed a cap (metadata keys, instance bytes, instances, applications, instances per application)",
             limit_refusals.clone(),
         );
+        registry.register(
+            "build",
+            "The running version (always 1): the chart's appVersion and --version say the same",
+            prometheus_client::metrics::info::Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
+        );
         Arc::new(Metrics {
             registry: Mutex::new(registry),
             http,
@@ -217,4 +222,24 @@ fn by_origin_and_status(
         })?)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    /// `eureka_build_info` carries the crate's version, which is the chart's `appVersion` (what
+    /// the image is tagged with by default), so a scrape says which release runs.
+    #[test]
+    fn build_info_names_the_version_the_chart_installs() {
+        let text = super::Metrics::new().encode();
+        let version = env!("CARGO_PKG_VERSION");
+        assert!(
+            text.contains(&format!("eureka_build_info{{version=\"{version}\"}} 1")),
+            "{text}"
+        );
+        let chart = include_str!("../charts/eureka-operator/Chart.yaml");
+        assert!(
+            chart.lines().any(|l| l == format!("appVersion: \"{version}\"")),
+            "the chart's appVersion is not {version}"
+        );
+    }
 }

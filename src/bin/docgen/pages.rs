@@ -348,7 +348,7 @@ pub fn metrics(exposition: &str, registry: &str) -> String {
         "Metrics",
         "Every metric `/metrics` on the admin port exports (OpenMetrics text), from the metrics \
          the code registers (`eureka_operator::runtime::metrics_catalogue`), by the names a query \
-         uses: counters with their `_total` suffix, histograms through `_bucket`, `_sum` and \
+         uses: counters with their `_total` suffix, info metrics with `_info`, histograms through `_bucket`, `_sum` and \
          `_count`. Labels \
          appear once a series has a value: `endpoint`, `method` and `status` on request latency; \
          `listener` (and `reason`) on the HTTP listener metrics; `peer` (and `kind`, `class`, \
@@ -361,6 +361,7 @@ pub fn metrics(exposition: &str, registry: &str) -> String {
     for (name, kind, help) in catalogue(exposition, registry) {
         let series = match kind.as_str() {
             "counter" => format!("`{name}_total`"),
+            "info" => format!("`{name}_info`"),
             "histogram" => format!("`{name}_bucket`<br>`_sum`, `_count`"),
             _ => format!("`{name}`"),
         };
