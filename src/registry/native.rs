@@ -306,8 +306,7 @@ impl Registry {
             self.preservation.renewed(now);
         }
         self.totals.renewals += 1;
-        self.store.renew(&app, &id, now);
-        let entry = self.store.get(&app, &id).expect("present");
+        let entry = self.store.renew(&app, &id, now).expect("present");
         let stored_dirty = entry.info.last_dirty_timestamp;
         let (stored_status, origin) = (entry.info.status, entry.holding.kind());
         let mut outcome = Outcome::reply(Reply::Ok);

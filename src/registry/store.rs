@@ -139,6 +139,11 @@ fn slot(origin: Origin) -> usize {
     }
 }
 
+/// When an entry's lease expires in `mode`, if it is one that does.
+fn deadline(lease: &Lease, holding: &Holding, mode: ExpiryMode) -> Option<i64> {
+    holding.expires().then(|| lease.last_update(mode) + lease.duration_ms)
+}
+
 /// The key `map` already holds for `name`, shared, or a new one.
 fn shared_name<V>(map: &HashMap<Arc<str>, V>, name: &str) -> Arc<str> {
     match map.get_key_value(name) {
@@ -259,11 +264,8 @@ impl Store {
 
     // === writes ===
 
-    /// When an entry's lease expires, if it is one that does.
     fn deadline(&self, e: &Entry) -> Option<i64> {
-        e.holding
-            .expires()
-            .then(|| e.lease.last_update(self.mode) + e.lease.duration_ms)
+        deadline(&e.lease, &e.holding, self.mode)
     }
 
     /// Takes an entry out of the indices (not out of the map).
@@ -351,29 +353,28 @@ impl Store {
     }
 
     /// A heartbeat's renewal: the lease only (the hot path: no owner or text bookkeeping).
-    pub(super) fn renew(&mut self, app: &str, id: &str, now: i64) {
-        let Some((app_key, instances)) = self.apps.get_key_value(app) else {
-            return;
-        };
-        let Some((id_key, e)) = instances.get_key_value(id) else {
-            return;
-        };
-        let before = self.deadline(e);
-        let (app_key, id_key) = (app_key.clone(), id_key.clone());
-        let e = self.apps.get_mut(app).and_then(|a| a.get_mut(id)).expect("present");
-        e.lease.renew(now);
-        let after = e
-            .holding
-            .expires()
-            .then(|| e.lease.last_update(self.mode) + e.lease.duration_ms);
+    /// Returns the renewed entry (`None` when not stored).
+    pub(super) fn renew(&mut self, app: &str, id: &str, now: i64) -> Option<&Entry> {
+        let mode = self.mode;
+        let (app_key, instances) = self.apps.get_key_value(app)?;
+        let (id_key, e) = instances.get_key_value(id)?;
+        let mut renewed = e.lease.clone();
+        renewed.renew(now);
+        let (before, after) = (
+            deadline(&e.lease, &e.holding, mode),
+            deadline(&renewed, &e.holding, mode),
+        );
         if before != after {
             if let Some(d) = before {
                 self.expiring.remove(&(d, app_key.clone(), id_key.clone()));
             }
             if let Some(d) = after {
-                self.expiring.insert((d, app_key, id_key));
+                self.expiring.insert((d, app_key.clone(), id_key.clone()));
             }
         }
+        let e = self.apps.get_mut(app)?.get_mut(id)?;
+        e.lease = renewed;
+        Some(e)
     }
 
     /// Removes an entry, cancels its lease and logs a DELETED change with its last state, which
