@@ -334,7 +334,11 @@ pub async fn start(
     let tls = listeners.tls;
     tracing::info!(eureka = %eureka_addr, admin = %admin_addr, auth = access.is_some(), tls = tls.is_some(), "serving");
     let http_metrics = server::ServerMetrics::default();
-    api.metrics.with_prometheus(|r| http_metrics.register(r));
+    let reload_metrics = crate::tls::ReloadMetrics::default();
+    api.metrics.with_prometheus(|r| {
+        http_metrics.register(r);
+        reload_metrics.register(r);
+    });
     let admin_app = admin::router(admin::Admin {
         metrics: api.metrics.clone(),
         health: api.health.clone(),
@@ -345,7 +349,7 @@ pub async fn start(
     if let Some(t) = tls {
         let shutdown = supervisor.shutdown();
         supervisor.spawn("TLS certificate reload", Expect::RunsForever, async move {
-            t.watch(shutdown.wait()).await;
+            t.watch(reload_metrics, shutdown.wait()).await;
             Ok(())
         });
     }

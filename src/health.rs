@@ -22,6 +22,11 @@ use std::{
 };
 
 use parking_lot::RwLock;
+use prometheus_client::{
+    collector::Collector,
+    encoding::{DescriptorEncoder, EncodeMetric},
+    metrics::{MetricType, gauge::ConstGauge},
+};
 
 /// A header on the 503 that refuses a fetch while the registry is not complete, so a replica's
 /// start-up sync can tell a peer that is starting (not a source) from one that is busy.
@@ -148,6 +153,11 @@ impl Health {
             .collect()
     }
 
+    /// What `/readyz` answers, without its report: alive, not stopping, every condition met.
+    pub fn is_ready(&self) -> bool {
+        self.is_alive() && !self.stopping.load(Ordering::Acquire) && self.is_complete()
+    }
+
     /// The `/readyz` report: ready or not, and one line per condition and warning.
     pub fn report(&self) -> (bool, String) {
         let mut out = String::new();
@@ -173,6 +183,23 @@ impl Health {
         }
         out.push_str(if ready { "ready\n" } else { "not ready\n" });
         (ready, out)
+    }
+}
+
+/// `eureka_ready`: 1 while `/readyz` passes, read at scrape time (an alert on a replica that
+/// stays unready needs no kube-state-metrics).
+#[derive(Debug)]
+pub struct ReadyGauge(pub Arc<Health>);
+
+impl Collector for ReadyGauge {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let metric = encoder.encode_descriptor(
+            "ready",
+            "1 while /readyz passes: alive, not stopping, the registry complete",
+            None,
+            MetricType::Gauge,
+        )?;
+        ConstGauge::new(i64::from(self.0.is_ready())).encode(metric)
     }
 }
 
@@ -220,5 +247,31 @@ mod tests {
         let h = Health::new(alive.clone());
         alive.store(false, Ordering::Release);
         assert!(!h.report().0);
+    }
+
+    /// `eureka_ready` says what `/readyz` says: not before completeness, yes after, not once
+    /// stopping.
+    #[test]
+    fn the_ready_gauge_follows_readyz() {
+        let gauge = |h: &Arc<Health>| {
+            let mut registry = prometheus_client::registry::Registry::with_prefix("eureka");
+            registry.register_collector(Box::new(ReadyGauge(h.clone())));
+            let mut text = String::new();
+            prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+            let line = text
+                .lines()
+                .find(|l| l.starts_with("eureka_ready "))
+                .unwrap()
+                .to_string();
+            assert_eq!(h.report().0, line.ends_with(" 1"), "{line}");
+            line
+        };
+        let h = Health::new(Arc::new(AtomicBool::new(true)));
+        let sync = h.condition("registry synced from peers");
+        assert_eq!(gauge(&h), "eureka_ready 0");
+        sync.met();
+        assert_eq!(gauge(&h), "eureka_ready 1");
+        h.stop();
+        assert_eq!(gauge(&h), "eureka_ready 0");
     }
 }

@@ -102,6 +102,7 @@ pub fn start(
         lease_task(client.clone(), settings.lease.clone(), wiring.leader, shutdown),
     );
     let metrics = SubsystemMetrics::registered(&wiring.metrics);
+    let watch_failing = metrics.controller.watch_failing.clone();
     start_override_persister(
         &client,
         &settings,
@@ -126,7 +127,7 @@ pub fn start(
     let discovered = start_replica_discovery(
         client,
         settings,
-        metrics.discovery_watch_errors,
+        (metrics.discovery_watch_errors, watch_failing),
         wiring.health,
         supervisor,
     );
@@ -153,6 +154,7 @@ impl SubsystemMetrics {
         metrics.with_prometheus(|r| {
             this.controller.register(r);
             this.overrides.register(r);
+            watch::register_failing(&this.controller.watch_failing, r);
             r.register(
                 "replica_discovery_watch_errors",
                 "EndpointSlice watch errors (retried with backoff)",
@@ -247,7 +249,7 @@ fn start_controller(settings: ClusterConfig, wiring: ControllerTask, supervisor:
 fn start_replica_discovery(
     client: Client,
     settings: ClusterConfig,
-    watch_errors: Counter,
+    watch_errors: (Counter, watch::WatchFailing),
     health: Arc<Health>,
     supervisor: &mut Supervisor,
 ) -> channel::Receiver<Option<Vec<crate::replication::peers::ReplicaEndpoint>>> {

@@ -201,22 +201,13 @@ mod readme {
     /// Fails unless the committed page `docs/src/reference/{name}` is what the code renders now,
     /// naming the first line that differs and the command that regenerates it.
     fn assert_current(name: &str, rendered: &str, committed: &str) {
-        if rendered == committed {
-            return;
+        if let Some((line, committed, rendered)) = pages::drift(rendered, committed) {
+            panic!(
+                "docs/src/reference/{name} is not what the code renders (first difference at line {line}):\n  \
+                 committed: {committed:?}\n  rendered:  {rendered:?}\nrun `{}` and commit the result",
+                pages::REGENERATE,
+            );
         }
-        let line = rendered
-            .lines()
-            .zip(committed.lines())
-            .position(|(a, b)| a != b)
-            .unwrap_or_else(|| rendered.lines().count().min(committed.lines().count()));
-        panic!(
-            "docs/src/reference/{name} is not what the code renders (first difference at line {}):\n  \
-             committed: {:?}\n  rendered:  {:?}\nrun `{}` and commit the result",
-            line + 1,
-            committed.lines().nth(line).unwrap_or("<end>"),
-            rendered.lines().nth(line).unwrap_or("<end>"),
-            pages::REGENERATE,
-        );
     }
 
     /// The reference pages (EurekaApp fields, flags, metrics) are what `docgen` renders from the
@@ -246,7 +237,7 @@ mod readme {
     /// The metrics catalogue in its two forms: the text exposition and the registry's `Debug`.
     fn catalogue() -> (String, String) {
         let metrics = crate::runtime::metrics_catalogue();
-        (metrics.encode(), metrics.with_prometheus(|r| format!("{r:?}")))
+        (metrics.encode(), metrics.describe())
     }
 
     /// Every metric the code registers (`register("name", "help", ..)`) or describes in a
@@ -284,7 +275,7 @@ mod readme {
             for (name, help) in described(&code) {
                 found += 1;
                 let listed = catalogue.iter().any(|(n, _, h)| {
-                    (n == &format!("eureka_{name}") || n.ends_with(&format!("_{name}")))
+                    (n == &name || n == &format!("eureka_{name}") || n.ends_with(&format!("_{name}")))
                         && (h == &help || h == &format!("{help}."))
                 });
                 assert!(

@@ -1,6 +1,10 @@
 //! Prometheus metrics: request latency per endpoint, and the registry's counters and gauges read
 //! at scrape time (registrations, renewals, cancellations, evictions, renews in the last minute,
-//! the threshold, self-preservation, size). Other subsystems register into the same registry.
+//! the threshold, self-preservation, size). Other subsystems register into the same registry,
+//! under the `eureka_` prefix; the process's own figures (`process_*`, the names every Prometheus
+//! client library uses) are read from `/proc` at scrape time by [`process::ProcessCollector`].
+
+mod process;
 
 use std::sync::Arc;
 
@@ -34,6 +38,7 @@ pub struct LimitLabels {
 
 /// Every metric of the process.
 pub struct Metrics {
+    /// The root (unprefixed: `process_*`); everything else goes in its `eureka` sub-registry.
     registry: Mutex<Registry>,
     pub http: Family<HttpLabels, Histogram>,
     /// Writes refused by a cap, by cap (`registry::limits`).
@@ -48,7 +53,9 @@ impl std::fmt::Debug for Metrics {
 
 impl Metrics {
     pub fn new() -> Arc<Metrics> {
-        let mut registry = Registry::with_prefix("eureka");
+        let mut root = Registry::default();
+        root.register_collector(Box::new(process::ProcessCollector));
+        let registry = root.sub_registry_with_prefix("eureka");
         let http = Family::<HttpLabels, Histogram>::new_with_constructor(|| {
             // 0.1 ms to ~1.6 s.
             Histogram::new(exponential_buckets(0.000_1, 2.0, 15))
@@ -59,6 +66,9 @@ impl Metrics {
             http.clone(),
         );
         let limit_refusals = Family::<LimitLabels, Counter>::default();
+        for limit in crate::registry::limits::LimitExceeded::KINDS {
+            drop(limit_refusals.get_or_create(&LimitLabels { limit }));
+        }
         registry.register(
             "limit_refusals",
             "Writes refused because they exceed a cap (metadata keys, instance bytes, instances, applications, instances per application)",
@@ -70,15 +80,21 @@ impl Metrics {
             prometheus_client::metrics::info::Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
         );
         Arc::new(Metrics {
-            registry: Mutex::new(registry),
+            registry: Mutex::new(root),
             http,
             limit_refusals,
         })
     }
 
-    /// Lets a subsystem register its metrics.
+    /// Lets a subsystem register its metrics (named `eureka_...`).
     pub fn with_prometheus<R>(&self, f: impl FnOnce(&mut Registry) -> R) -> R {
-        f(&mut self.registry.lock())
+        f(self.registry.lock().sub_registry_with_prefix("eureka"))
+    }
+
+    /// The whole registry's `Debug` form: every registered metric, empty families too (what
+    /// `docgen` lists them from).
+    pub fn describe(&self) -> String {
+        format!("{:?}", self.registry.lock())
     }
 
     /// Labels are static strings and a number, so a request's observation allocates nothing.
@@ -162,13 +178,13 @@ impl Collector for RegistryCollector {
         let gauges = [
             ("expired_leases", "Expired leases not evicted yet", s.expired as i64),
             (
-                "renews_last_min",
-                "Renewals in the last complete minute",
+                "renewals_per_minute",
+                "Renewals in the last complete minute (what Java calls renews in the last minute)",
                 s.renews_last_min as i64,
             ),
             (
-                "renews_threshold",
-                "Renewals per minute below which self-preservation starts",
+                "renewals_per_minute_threshold",
+                "Renewals per minute at or below which self-preservation holds back expiry",
                 s.renews_threshold,
             ),
             ("expected_clients", "Clients expected to renew", s.expected_clients),

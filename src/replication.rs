@@ -268,6 +268,9 @@ pub struct ReplicationMetrics {
     failures: Family<FailureLabels, Counter>,
     /// Tasks dropped per peer and reason (`overflow`, `expired`, `refused`, `peer_removed`).
     dropped: Family<DropLabels, Counter>,
+    /// 1 once the peer answered, 0 once it could not be reached (refused, reset, connect
+    /// timeout); no series before the first attempt.
+    reachable: Family<PeerLabels, Gauge>,
     /// Newer copies taken from peers' 409 answers.
     pub conflicts_resolved: Counter,
     /// Entries repaired by the anti-entropy comparison, by what was done.
@@ -281,11 +284,19 @@ pub struct RepairLabels {
 
 impl ReplicationMetrics {
     pub fn register(&self, registry: &mut prometheus_client::registry::Registry) {
+        for action in repair::REPAIR_ACTIONS {
+            drop(self.repairs.get_or_create(&RepairLabels { action }));
+        }
         let r = registry.sub_registry_with_prefix("replication");
         r.register("queued", "Replication tasks waiting per peer", self.queued.clone());
         r.register("sent_items", "Replication tasks delivered per peer", self.sent.clone());
         r.register("batches", "Batches delivered per peer", self.batches.clone());
         r.register("failures", "Failed batches per peer and class", self.failures.clone());
+        r.register(
+            "peer_up",
+            "1 once the peer answered (any answer), 0 once it could not be reached (refused, reset, connect timeout)",
+            self.reachable.clone(),
+        );
         r.register(
             "dropped",
             "Tasks dropped per peer: queue full (overflow), older than --max-time-for-replication (expired), refused by the peer, or left when the peer left the list (peer_removed)",
@@ -301,6 +312,31 @@ impl ReplicationMetrics {
             "Entries repaired by the leader's registry comparison",
             self.repairs.clone(),
         );
+    }
+
+    /// Every failure class and drop reason of a new peer starts at 0, so that a query or an
+    /// alert on them has a series to read (and `increase` sees the first failure).
+    fn peer_added(&self, labels: &PeerLabels) {
+        drop(self.sent.get_or_create(labels));
+        drop(self.batches.get_or_create(labels));
+        let peer = labels.peer.as_str();
+        for class in [
+            Failure::Congestion,
+            Failure::Network,
+            Failure::Unauthorized,
+            Failure::Permanent,
+        ] {
+            drop(self.failures.get_or_create(&FailureLabels {
+                peer: peer.to_string(),
+                class: failure_label(class),
+            }));
+        }
+        for reason in ["overflow", "expired", "refused", "peer_removed"] {
+            drop(self.dropped.get_or_create(&DropLabels {
+                peer: peer.to_string(),
+                reason,
+            }));
+        }
     }
 
     fn dropped(&self, peer: &str, reason: &'static str, n: u64) {
@@ -470,6 +506,7 @@ impl Replicator {
                 let labels = q.labels();
                 self.metrics.dropped(&labels.peer, "peer_removed", left);
                 self.metrics.queued.remove(&labels);
+                self.metrics.reachable.remove(&labels);
                 tracing::info!(peer = %url, unsent = left, "peer removed");
             }
             keep
@@ -479,6 +516,10 @@ impl Replicator {
                 continue;
             }
             tracing::info!(peer = %peer.url.display(), kind = peer.kind.as_str(), "peer added");
+            self.metrics.peer_added(&PeerLabels {
+                peer: peer.url.display().to_string(),
+                kind: peer.kind.as_str(),
+            });
             let (wake, woken) = mpsc::channel(1);
             let q = Arc::new(PeerQueue {
                 url: peer.url.clone(),
@@ -719,6 +760,7 @@ impl PeerSender {
         match sent {
             Ok(responses) => {
                 self.backoff.success();
+                r.metrics.reachable.get_or_create(&self.labels).set(1);
                 if std::mem::take(&mut self.unauthorized) {
                     tracing::info!(peer = %q.url.display(), "the peer accepts our credentials again");
                     r.health.clear(&q.health_source());
@@ -743,6 +785,16 @@ impl PeerSender {
             })
             .inc();
         let delay = self.backoff.failure(class);
+        match class {
+            Failure::Network => {
+                r.metrics.reachable.get_or_create(&self.labels).set(0);
+            }
+            // A read timeout is congestion too: reached, but not answering in time.
+            Failure::Congestion => {}
+            Failure::Unauthorized | Failure::Permanent => {
+                r.metrics.reachable.get_or_create(&self.labels).set(1);
+            }
+        }
         match class {
             Failure::Permanent => {
                 tracing::warn!(peer, error = %e, items = batch.len(), "dropped a replication batch the peer refused");

@@ -269,7 +269,10 @@ fn shared(
         server.cache_tuning(),
     );
     let metrics = Metrics::new();
-    metrics.with_prometheus(|r| r.register_collector(Box::new(RegistryCollector(state.clone()))));
+    metrics.with_prometheus(|r| {
+        r.register_collector(Box::new(RegistryCollector(state.clone())));
+        r.register_collector(Box::new(crate::health::ReadyGauge(health.clone())));
+    });
     Shared {
         state,
         metrics,
@@ -405,12 +408,16 @@ pub fn metrics_catalogue() -> Arc<Metrics> {
     let state = AppState::new(registry, Arc::new(SystemClock), false, Default::default());
     let metrics = Metrics::new();
     let (_lead, leader) = watch::channel(Lead::Always);
-    metrics.with_prometheus(|r| r.register_collector(Box::new(RegistryCollector(state))));
+    metrics.with_prometheus(|r| {
+        r.register_collector(Box::new(RegistryCollector(state)));
+        r.register_collector(Box::new(crate::health::ReadyGauge(Health::new(Default::default()))));
+    });
     k8s::SubsystemMetrics::registered(&metrics);
     metrics.with_prometheus(|r| {
         r.register_collector(Box::new(crate::leadership::LeaderGauge(leader)));
         replication::ReplicationMetrics::default().register(r);
         api::server::ServerMetrics::default().register(r);
+        crate::tls::ReloadMetrics::default().register(r);
     });
     metrics
 }

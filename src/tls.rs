@@ -87,6 +87,30 @@ pub struct ServerTlsConfig {
     pub reload_interval: Duration,
 }
 
+/// `eureka_tls_reload_failing` (1 while the changed files do not load) and
+/// `eureka_tls_reload_failures_total`; registered with or without TLS (then 0).
+#[derive(Clone, Debug, Default)]
+pub struct ReloadMetrics {
+    pub failing: prometheus_client::metrics::gauge::Gauge,
+    pub failures: prometheus_client::metrics::counter::Counter,
+}
+
+impl ReloadMetrics {
+    pub fn register(&self, registry: &mut prometheus_client::registry::Registry) {
+        let r = registry.sub_registry_with_prefix("tls");
+        r.register(
+            "reload_failing",
+            "1 while the certificate files changed but do not load (the previous certificate is served)",
+            self.failing.clone(),
+        );
+        r.register(
+            "reload_failures",
+            "Checks of changed certificate files that failed to load",
+            self.failures.clone(),
+        );
+    }
+}
+
 /// The API's TLS: a rustls configuration whose certificate can be swapped while it serves.
 pub struct ServerTls {
     settings: ServerTlsConfig,
@@ -195,7 +219,7 @@ impl ServerTls {
     }
 
     /// Checks the files every reload interval until `shutdown` resolves.
-    pub async fn watch(self: Arc<ServerTls>, shutdown: impl Future<Output = ()>) {
+    pub async fn watch(self: Arc<ServerTls>, metrics: ReloadMetrics, shutdown: impl Future<Output = ()>) {
         let mut tick = tokio::time::interval(self.settings.reload_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
@@ -212,10 +236,16 @@ impl ServerTls {
             match result {
                 Ok(Ok(true)) => {
                     last_error = None;
+                    metrics.failing.set(0);
                     tracing::info!(cert = %self.settings.cert_file.display(), "reloaded the TLS certificate");
                 }
-                Ok(Ok(false)) => last_error = None,
+                Ok(Ok(false)) => {
+                    last_error = None;
+                    metrics.failing.set(0);
+                }
                 Ok(Err(e)) => {
+                    metrics.failing.set(1);
+                    metrics.failures.inc();
                     let message = e.to_string();
                     if last_error.as_deref() != Some(message.as_str()) {
                         tracing::warn!(error = %message, "failed to reload the TLS certificate; serving the previous one");

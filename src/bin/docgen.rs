@@ -2,15 +2,22 @@
 //!
 //! * `cargo run --bin docgen -- eurekaapp|flags|metrics` prints one page;
 //! * `cargo run --bin docgen -- --write [DIR]` writes all three into `DIR` (by default
-//!   `docs/src/reference/`, where they are committed; CI writes them into `target/` and diffs).
+//!   `docs/src/reference/`, where they are committed; CI writes them into `target/` and diffs),
+//!   and the chart's Grafana dashboard (by default `charts/eureka-operator/files/`, with a `DIR`
+//!   into `DIR/grafana-dashboard.json`);
+//! * `cargo run --bin docgen -- dashboard` prints the dashboard, and `--dashboard-queries` every
+//!   PromQL expression of its panels, one a line, `$job` and `$instance` left in place.
 //!
 //! The unit tests `readme::the_reference_pages_are_current` and
-//! `config::tests::the_flags_page_is_current` compare the committed pages with what this renders.
+//! `config::tests::the_flags_page_is_current` compare the committed pages with what this renders,
+//! `dashboard::tests::the_charts_dashboard_is_current` the committed dashboard.
 
 use std::path::PathBuf;
 
 use clap::CommandFactory;
 
+#[path = "docgen/dashboard.rs"]
+mod dashboard;
 #[path = "docgen/pages.rs"]
 mod pages;
 
@@ -20,9 +27,10 @@ fn page(name: &str) -> anyhow::Result<String> {
         "flags" | "flags.md" => pages::flags(&eureka_operator::config::Args::command()),
         "metrics" | "metrics.md" => {
             let metrics = eureka_operator::runtime::metrics_catalogue();
-            pages::metrics(&metrics.encode(), &metrics.with_prometheus(|r| format!("{r:?}")))
+            pages::metrics(&metrics.encode(), &metrics.describe())
         }
-        other => anyhow::bail!("no page {other:?}: eurekaapp, flags or metrics (or --write [DIR])"),
+        "dashboard" | "grafana-dashboard.json" => dashboard::render(),
+        other => anyhow::bail!("no page {other:?}: eurekaapp, flags, metrics or dashboard (or --write [DIR])"),
     })
 }
 
@@ -36,9 +44,25 @@ fn main() -> anyhow::Result<()> {
                 std::fs::write(dir.join(name), page(name)?)?;
             }
             eprintln!("wrote {} into {}", pages::PAGES.join(", "), dir.display());
+            let board = match rest.first() {
+                Some(dir) => PathBuf::from(dir).join(dashboard::FILE),
+                None => PathBuf::from(dashboard::CHART_PATH),
+            };
+            if let Some(parent) = board.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            std::fs::write(&board, dashboard::render())?;
+            eprintln!("wrote {}", board.display());
+        }
+        ["--dashboard-queries"] => {
+            for query in dashboard::queries() {
+                println!("{query}");
+            }
         }
         [name] => print!("{}", page(name)?),
-        _ => anyhow::bail!("usage: docgen eurekaapp|flags|metrics, or docgen --write [DIR]"),
+        _ => anyhow::bail!(
+            "usage: docgen eurekaapp|flags|metrics|dashboard, docgen --write [DIR], or docgen --dashboard-queries"
+        ),
     }
     Ok(())
 }

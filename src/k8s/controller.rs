@@ -41,6 +41,7 @@
 
 mod apply;
 mod completeness;
+mod figures;
 mod gates;
 mod routing;
 mod wakers;
@@ -154,6 +155,12 @@ pub struct ControllerMetrics {
     pub write_errors: Counter,
     pub swept: Counter,
     pub gates_opened: Counter,
+    /// Shared with every watch of the process; registered by `k8s::SubsystemMetrics`.
+    pub watch_failing: crate::k8s::watch::WatchFailing,
+    /// Per-EurekaApp figures (`eureka_eurekaapp_*`).
+    pub apps: figures::AppFigures,
+    /// From a pod's Ready transition to its instance UP in this replica's registry.
+    pub ready_to_up: Histogram,
 }
 
 impl Default for ControllerMetrics {
@@ -171,13 +178,25 @@ impl Default for ControllerMetrics {
             write_errors: Counter::default(),
             swept: Counter::default(),
             gates_opened: Counter::default(),
+            watch_failing: Default::default(),
+            apps: Default::default(),
+            // 0.25 s to ~17 min; the Ready time has whole seconds.
+            ready_to_up: Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+                0.25, 2.0, 13,
+            )),
         }
     }
 }
 
 impl ControllerMetrics {
     pub fn register(&self, registry: &mut prometheus_client::registry::Registry) {
+        registry.register_collector(Box::new(self.apps.clone()));
         let r = registry.sub_registry_with_prefix("controller");
+        r.register(
+            "pod_ready_to_up_seconds",
+            "From a pod's Ready transition (lastTransitionTime, whole seconds) to its instance UP in this replica's registry",
+            self.ready_to_up.clone(),
+        );
         r.register("reconciles", "EurekaApp reconciles", self.reconciles.clone());
         r.register(
             "reconcile_duration_seconds",
@@ -238,6 +257,8 @@ pub struct Context {
     leader: crate::leadership::Leader,
     recorder: Recorder,
     metrics: ControllerMetrics,
+    /// When this replica started watching (ms): pods ready before are not timed Ready → UP.
+    watching_since: i64,
     health: Arc<Health>,
     /// Met once every EurekaApp has been reconciled after every watch listed.
     complete: Condition,
@@ -327,6 +348,8 @@ pub async fn run(settings: ControllerConfig, parts: ControllerWiring, shutdown: 
         peers,
         peer_client,
         gates: gates::Gates::default(),
+        // Whole seconds, as the pods' Ready times are.
+        watching_since: state.now() / 1000 * 1000,
     });
     state.add_listener(Arc::new(ConflictWaker(ctx.clone())));
     state.add_listener(Arc::new(AdoptionWaker(ctx.clone())));
@@ -437,9 +460,19 @@ impl Context {
     fn controller_result(&self, result: RunResult) {
         use kube::runtime::controller::Error as RunError;
         const SOURCE: &str = "watch of EurekaApps";
+        let failing = self
+            .metrics
+            .watch_failing
+            .get_or_create(&crate::k8s::watch::WatchLabel {
+                watch: "EurekaApps".to_string(),
+            });
         match result {
-            Ok(_) => self.health.clear(SOURCE),
+            Ok(_) => {
+                failing.set(0);
+                self.health.clear(SOURCE)
+            }
             Err(RunError::QueueError(e)) => {
+                failing.set(1);
                 self.metrics.watch_errors.inc();
                 tracing::warn!(error = %e, "the EurekaApp watch failed (is the CRD installed?); retrying");
                 self.health
@@ -461,6 +494,7 @@ async fn reconcile(app: Arc<EurekaApp>, ctx: Arc<Context>) -> Result<Action, Err
     }
     let started = std::time::Instant::now();
     let applied = ctx.apply(&key, &app);
+    ctx.metrics.apps.set(&key, applied.status.as_ref());
     ctx.metrics.reconciles.inc();
     ctx.metrics.reconcile_seconds.observe(started.elapsed().as_secs_f64());
     if !ctx.complete.is_met() {

@@ -135,7 +135,7 @@ pub async fn watch_replicas(
     me: OwnPod,
     tx: watch::Sender<Option<Vec<ReplicaEndpoint>>>,
     (backoff, watch_timeout): (Backoff, u32),
-    errors: Counter,
+    (errors, failing): (Counter, super::watch::WatchFailing),
     health: Arc<Health>,
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
@@ -152,6 +152,7 @@ pub async fn watch_replicas(
         stream,
         &follower,
         &errors,
+        &failing,
         &health,
     );
     tokio::select! {

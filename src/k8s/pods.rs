@@ -56,6 +56,11 @@ pub struct PodInfo {
     pub ready: bool,
     /// The `ContainersReady` condition is `True`.
     pub containers_ready: bool,
+    /// When the pod became ready, in milliseconds (whole seconds, as the apiserver stores it):
+    /// the `lastTransitionTime` of `Ready` if it is True, else of `ContainersReady` if that is
+    /// (a pod held back by a readiness gate). What `eureka_controller_pod_ready_to_up_seconds`
+    /// measures from.
+    pub ready_since: Option<i64>,
     /// The readiness gates the pod declares (`spec.readinessGates`), each with whether its
     /// condition is `True`.
     pub gates: Vec<(String, bool)>,
@@ -121,6 +126,14 @@ impl PodInfo {
                 .is_some_and(|c| c.iter().any(|c| c.type_ == type_ && c.status == "True"))
         };
         let ready = condition("Ready");
+        let since = |type_: &str| {
+            status
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|c| c.iter().find(|c| c.type_ == type_ && c.status == "True"))
+                .and_then(|c| c.last_transition_time.as_ref())
+                .map(|t| t.0.as_millisecond())
+        };
+        let ready_since = since("Ready").or_else(|| since("ContainersReady"));
         let gates = spec
             .and_then(|s| s.readiness_gates.as_ref())
             .map(|g| {
@@ -151,6 +164,7 @@ impl PodInfo {
             subdomain: spec.and_then(|s| s.subdomain.clone()),
             ready,
             containers_ready: condition("ContainersReady"),
+            ready_since,
             gates,
             phase: text(status.and_then(|s| s.phase.as_ref())),
             deleting_since: meta.deletion_timestamp.as_ref().map(|t| {
@@ -263,6 +277,7 @@ mod tests {
         assert_eq!(p.ports[0].port, 8080);
         assert_eq!(p.workload.as_deref(), Some("ReplicaSet/web-5d9"));
         assert!(p.ready);
+        assert_eq!(p.ready_since, Some(1_796_032_800_000), "2026-11-30T10:00:00Z");
         // Nulls where the apiserver may send them.
         let sparse: WatchedPod = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "x", "namespace": "y", "labels": null},

@@ -6,14 +6,18 @@
 //! One call follows one stream with its own re-list buffer: with `--watch-namespaces a,b` each
 //! namespace's watch re-lists on its own, and a re-list of `a` can never clear what `b` buffered.
 //! A failing watch is retried by kube-runtime's backoff; every error is counted, logged, and shown
-//! as a `/readyz` warning until the watch delivers again. A stream that ends returns `Err`: the
+//! as a `/readyz` warning until the watch delivers again, and `eureka_watch_failing{watch}` is 1
+//! meanwhile (what an alert on a stale watch reads). A stream that ends returns `Err`: the
 //! supervisor stops the process rather than serve from a dead watch.
 
 use std::{sync::Arc, time::Duration};
 
 use futures::{Stream, StreamExt};
 use kube::runtime::watcher::{self, Event};
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{counter::Counter, family::Family, gauge::Gauge},
+};
 
 use crate::health::Health;
 
@@ -35,24 +39,47 @@ pub trait Follower<K>: Send + Sync {
     fn relisted(&self, items: Vec<Self::Item>);
 }
 
+/// The watch a `eureka_watch_failing` series is about (`Pods in ns`, `Nodes`, `EurekaApps`, ...).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WatchLabel {
+    pub watch: String,
+}
+
+/// `eureka_watch_failing{watch}`: 1 while that watch fails, 0 once it delivers (every watch has
+/// a series from its start). One family for every watch of the process.
+pub type WatchFailing = Family<WatchLabel, Gauge>;
+
+/// Registers [`WatchFailing`].
+pub fn register_failing(failing: &WatchFailing, registry: &mut prometheus_client::registry::Registry) {
+    registry.register(
+        "watch_failing",
+        "1 while the Kubernetes watch fails (what this replica holds from it is stale), 0 while it delivers",
+        failing.clone(),
+    );
+}
+
 /// Follows `stream` until it ends (which is an error: watcher streams never end on their own).
 pub async fn follow<K, F>(
     what: String,
     stream: impl Stream<Item = Result<Event<K>, watcher::Error>>,
     follower: &F,
     errors: &Counter,
+    failing_gauge: &WatchFailing,
     health: &Arc<Health>,
 ) -> anyhow::Result<()>
 where
     F: Follower<K>,
 {
     let source = format!("watch of {what}");
+    let gauge = failing_gauge.get_or_create(&WatchLabel { watch: what.clone() }).clone();
+    gauge.set(0);
     let mut buffer: Vec<F::Item> = Vec::new();
     let mut failing = false;
     let mut stream = std::pin::pin!(stream);
     while let Some(event) = stream.next().await {
         if failing && event.is_ok() {
             failing = false;
+            gauge.set(0);
             health.clear(&source);
             tracing::info!(watch = %what, "the watch delivers again");
         }
@@ -77,6 +104,7 @@ where
                     tracing::debug!(watch = %what, error = %e, "watch still failing");
                 }
                 failing = true;
+                gauge.set(1);
                 health.warn(source.clone(), format!("failing ({e}); retrying with backoff"));
             }
         }
@@ -187,8 +215,25 @@ mod tests {
             Err(watcher::Error::NoResourceVersion),
         ];
         let r = Recorder::default();
-        let ended = follow("pods in a".into(), futures::stream::iter(events), &r, &errors, &health).await;
+        let failing = WatchFailing::default();
+        let gauge = || {
+            failing
+                .get_or_create(&WatchLabel {
+                    watch: "pods in a".into(),
+                })
+                .get()
+        };
+        let ended = follow(
+            "pods in a".into(),
+            futures::stream::iter(events),
+            &r,
+            &errors,
+            &failing,
+            &health,
+        )
+        .await;
         assert!(ended.unwrap_err().to_string().contains("stream ended"));
+        assert_eq!(gauge(), 1, "failing when its stream ended");
         assert_eq!(*r.0.lock(), vec!["relist A,B"]);
         assert_eq!(errors.get(), 1);
         assert_eq!(health.warnings().len(), 1, "a failing watch shows in /readyz");
@@ -199,8 +244,17 @@ mod tests {
             Ok(Event::Delete("c".into())),
         ];
         let r = Recorder::default();
-        let _ = follow("pods in a".into(), futures::stream::iter(events), &r, &errors, &health).await;
+        let _ = follow(
+            "pods in a".into(),
+            futures::stream::iter(events),
+            &r,
+            &errors,
+            &failing,
+            &health,
+        )
+        .await;
         assert_eq!(*r.0.lock(), vec!["apply C", "delete c"]);
+        assert_eq!(gauge(), 0, "delivers again");
         assert!(health.warnings().is_empty(), "recovered");
     }
 }

@@ -115,6 +115,17 @@ pub enum LimitExceeded {
 
 impl LimitExceeded {
     /// A bounded label for metrics.
+    /// Every [`LimitExceeded::kind`] (the `limit` label's values: each starts at 0).
+    pub const KINDS: [&'static str; 7] = [
+        "metadata_keys",
+        "instance_bytes",
+        "empty_metadata_key",
+        "instances",
+        "applications",
+        "instances_per_application",
+        "registry_bytes",
+    ];
+
     pub fn kind(&self) -> &'static str {
         match self {
             LimitExceeded::MetadataKeys { .. } => "metadata_keys",
@@ -142,6 +153,25 @@ mod tests {
     use crate::registry::{
         Command, PodOverrides, PodOwner, Registry, RegistryConfig, Reply, Writer, instance::Metadata,
     };
+
+    /// `KINDS` lists every variant's label, in order, and nothing else.
+    #[test]
+    fn kinds_name_every_variant() {
+        let all = [
+            LimitExceeded::MetadataKeys { limit: 1 },
+            LimitExceeded::InstanceBytes { limit: 1 },
+            LimitExceeded::EmptyMetadataKey,
+            LimitExceeded::Instances { limit: 1 },
+            LimitExceeded::Applications { limit: 1 },
+            LimitExceeded::InstancesPerApplication {
+                app: "A".into(),
+                limit: 1,
+            },
+            LimitExceeded::RegistryBytes { limit: 1 },
+        ];
+        let kinds: Vec<&str> = all.iter().map(LimitExceeded::kind).collect();
+        assert_eq!(kinds, LimitExceeded::KINDS);
+    }
 
     fn registry(limits: Limits) -> Registry {
         Registry::new(

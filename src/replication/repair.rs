@@ -27,6 +27,14 @@ use std::{
     time::Duration,
 };
 
+/// Every `action` label of `eureka_replication_repairs_total` (each series starts at 0).
+pub const REPAIR_ACTIONS: [&str; 4] = [
+    "registered_on_peer",
+    "cancelled_on_peer",
+    "taken_from_peer",
+    "renewed_from_peer",
+];
+
 use tokio::time::Instant;
 
 use super::{
@@ -278,6 +286,7 @@ impl Replicator {
     }
 
     fn count(&self, action: &'static str, n: usize) {
+        debug_assert!(REPAIR_ACTIONS.contains(&action), "{action} is not in REPAIR_ACTIONS");
         self.metrics
             .repairs
             .get_or_create(&RepairLabels { action })

@@ -291,7 +291,7 @@ async fn scaling_down_twenty_adopted_pods_never_trips_self_preservation() {
     )
     .await;
     let expected = op.server.metric("eureka_expected_clients").await.unwrap();
-    let threshold = op.server.metric("eureka_renews_threshold").await.unwrap();
+    let threshold = op.server.metric("eureka_renewals_per_minute_threshold").await.unwrap();
     let held = op.server.metric("eureka_eviction_runs_held_total").await.unwrap();
     println!("ADOPT_SCALE before: expected_clients={expected} renews_threshold={threshold} adopted={N}");
     assert!(

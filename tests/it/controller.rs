@@ -559,14 +559,17 @@ async fn spring_client_discovers_pods_and_scale_down_never_trips_self_preservati
     )
     .await;
 
-    let threshold = op.server.metric("eureka_renews_threshold").await.unwrap();
+    let threshold = op.server.metric("eureka_renewals_per_minute_threshold").await.unwrap();
     let expected_clients = op.server.metric("eureka_expected_clients").await.unwrap();
     // Scale to zero: deliberate cancels, not missed heartbeats.
     for n in 0..6 {
         delete_pod(&client, ns, &format!("orders-{n}")).await;
     }
     wait_instances(&op.server, "ORDERS", &[]).await;
-    assert_eq!(op.server.metric("eureka_renews_threshold").await.unwrap(), threshold);
+    assert_eq!(
+        op.server.metric("eureka_renewals_per_minute_threshold").await.unwrap(),
+        threshold
+    );
     assert_eq!(
         op.server.metric("eureka_expected_clients").await.unwrap(),
         expected_clients

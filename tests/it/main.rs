@@ -25,6 +25,7 @@ mod lifecycle;
 mod migration;
 mod peers_eureka;
 mod peers_kubernetes;
+mod prometheus;
 mod readiness_gate;
 mod scale;
 mod soak;

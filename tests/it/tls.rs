@@ -180,6 +180,33 @@ async fn the_api_over_https_serves_curl_and_py_eureka_client_and_picks_up_a_rene
         started.elapsed()
     );
     assert!(server.proc.log().contains("reloaded the TLS certificate"));
+    assert_eq!(server.metric("eureka_tls_reload_failing").await, Some(0.0));
+
+    // A certificate whose key does not match: the previous one is still served, and
+    // eureka_tls_reload_failing (what the EurekaCertificateReloadFailing alert reads) says so
+    // until good files are back.
+    let good_key = std::fs::read_to_string(dir.path().join("tls.key")).unwrap();
+    write_replacing(
+        &dir.path().join("tls.key"),
+        &KeyPair::generate().unwrap().serialize_pem(),
+    );
+    wait_for(
+        "eureka_tls_reload_failing to be 1",
+        Duration::from_secs(20),
+        Duration::from_millis(50),
+        || async { (server.metric("eureka_tls_reload_failing").await == Some(1.0)).then_some(()) },
+    )
+    .await;
+    assert!(server.metric("eureka_tls_reload_failures_total").await.unwrap() >= 1.0);
+    assert_eq!(served_certificate(&ca.pem, &base).await.as_deref(), Some(&renewed[..]));
+    write_replacing(&dir.path().join("tls.key"), &good_key);
+    wait_for(
+        "eureka_tls_reload_failing back to 0",
+        Duration::from_secs(20),
+        Duration::from_millis(50),
+        || async { (server.metric("eureka_tls_reload_failing").await == Some(0.0)).then_some(()) },
+    )
+    .await;
 
     // py-eureka-client opens a connection per request (`Connection: close`): its heartbeats go
     // on over the renewed certificate.

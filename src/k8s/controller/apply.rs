@@ -6,6 +6,7 @@ use super::{
     gates::{Gated, adopted_gate_waiting, gate_waiting},
     wakers::adopted_counts,
 };
+use crate::registry::instance::Status;
 
 /// What the registry part of a reconcile decided, for the leader to write.
 pub(super) struct Applied {
@@ -76,6 +77,7 @@ impl Context {
             self.state
                 .with_registry(|r, _| r.pod_instances_of(&key.namespace, &key.name))
         };
+        self.observe_ready_to_up(&current, &instances, &snapshot.pods, now);
         let (counts, awaiting) = if adopt {
             adopted_counts(&plan, &adopted)
         } else {
@@ -100,6 +102,37 @@ impl Context {
             notes,
             action,
             gated,
+        }
+    }
+
+    /// `eureka_controller_pod_ready_to_up_seconds`: for each instance this reconcile turned UP
+    /// (new, or another status before), the time since its pod became ready. Pods that were
+    /// ready before this replica started watching measure its start-up, not the path from a
+    /// Ready pod to clients: they are left out.
+    pub(super) fn observe_ready_to_up(
+        &self,
+        before: &[(PodOwner, InstanceView)],
+        after: &[(PodOwner, InstanceView)],
+        pods: &[Arc<PodInfo>],
+        now: i64,
+    ) {
+        let was_up: HashSet<&str> = before
+            .iter()
+            .filter(|(_, v)| v.info.status == Status::Up)
+            .map(|(o, _)| o.pod.as_str())
+            .collect();
+        for (owner, view) in after {
+            if view.info.status != Status::Up || was_up.contains(owner.pod.as_str()) {
+                continue;
+            }
+            let since = pods
+                .iter()
+                .find(|p| *p.name == *owner.pod)
+                .and_then(|p| p.ready_since)
+                .filter(|since| *since >= self.watching_since);
+            if let Some(since) = since {
+                self.metrics.ready_to_up.observe((now - since).max(0) as f64 / 1000.0);
+            }
         }
     }
 
@@ -230,6 +263,7 @@ impl Context {
             .state
             .with_registry(|r, _| r.pod_instances_of(&key.namespace, &key.name));
         let applied = self.deregister_all(&key, &gone, &current, self.state.now());
+        self.metrics.apps.forget(&key);
         self.gates.hand(&key, None);
         self.failures.lock().remove(&key);
         self.reconciled.lock().remove(&key);

@@ -99,6 +99,7 @@ impl Context {
                 })
                 .collect()
         });
+        self.metrics.apps.retain(|key| self.stores.contains(key));
         let n = self.remove(&orphans);
         if n > 0 {
             self.metrics.swept.inc_by(n as u64);

@@ -72,6 +72,7 @@ pub(super) async fn watch_pods_and_nodes(ctx: Arc<Context>, scopes: Vec<Scope>) 
                 stream,
                 &follower,
                 &follower.ctx.metrics.watch_errors,
+                &follower.ctx.metrics.watch_failing,
                 &follower.ctx.health,
             )
             .await
@@ -90,6 +91,7 @@ pub(super) async fn watch_pods_and_nodes(ctx: Arc<Context>, scopes: Vec<Scope>) 
                 stream,
                 &follower,
                 &follower.0.metrics.watch_errors,
+                &follower.0.metrics.watch_failing,
                 &follower.0.health,
             )
             .await

@@ -125,4 +125,6 @@ pub struct WatchedCondition {
     #[serde(rename = "type")]
     pub type_: String,
     pub status: String,
+    #[serde(default, rename = "lastTransitionTime")]
+    pub last_transition_time: Option<Time>,
 }

@@ -230,3 +230,44 @@ async fn a_removed_peer_loses_its_queue_and_its_sender() {
         "only the task queued after the peer came back"
     );
 }
+
+/// `eureka_replication_peer_up`: 1 once a peer answered, 0 once it could not be reached; every
+/// failure class and drop reason of a peer has a series from the start (at 0).
+#[tokio::test]
+async fn peer_up_follows_what_the_last_attempt_met() {
+    let (url, _batches) = peer().await;
+    let gone = away().await;
+    let r = running(vec![java(&url), java(&gone)], Duration::from_millis(10)).await;
+    let mut registry = prometheus_client::registry::Registry::default();
+    r.replicator.metrics.register(&mut registry);
+    let text = || {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
+        out
+    };
+    let before = text();
+    assert!(
+        !before.contains("replication_peer_up{"),
+        "no series before an attempt:\n{before}"
+    );
+    for class in ["congestion", "network", "unauthorized", "permanent"] {
+        assert!(
+            before.contains(&format!("class=\"{class}\"}} 0")),
+            "{class} not at 0:\n{before}"
+        );
+    }
+    assert!(before.contains("reason=\"overflow\"} 0"), "{before}");
+    r.register("a1");
+    let up = |u: &PeerUrl| {
+        let peer = format!("peer=\"{}\"", u.display());
+        let line = text()
+            .lines()
+            .find(|l| l.starts_with("replication_peer_up{") && l.contains(&peer))
+            .map(str::to_string);
+        line.map(|l| l.ends_with(" 1"))
+    };
+    eventually("both peers tried", || up(&url).is_some() && up(&gone).is_some()).await;
+    assert_eq!(up(&url), Some(true), "{}", text());
+    assert_eq!(up(&gone), Some(false), "{}", text());
+    r.shut_down().await;
+}
