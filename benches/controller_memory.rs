@@ -190,6 +190,7 @@ fn main() {
         };
         let ctx = Facts {
             cluster_id: "bench",
+            cluster_name: "bench",
             cluster_domain: "cluster.local",
             node_zones: &zones,
             now: state.now(),

@@ -346,6 +346,12 @@ pub struct KubernetesArgs {
     #[arg(long, env = "EUREKA_CLUSTER_ID")]
     pub cluster_id: Option<String>,
 
+    /// A name for this cluster that people read (`k8s.clusterName` metadata, `{clusterName}` in
+    /// instance ids); defaults to the value of the `cluster.clusterset.k8s.io` ClusterProperty
+    /// (the Multi-Cluster Services API's cluster id) when there is one, else the cluster id.
+    #[arg(long, env = "EUREKA_CLUSTER_NAME", value_parser = crate::k8s::parse_cluster_name)]
+    pub cluster_name: Option<String>,
+
     /// The cluster's DNS domain, for `hostName: PodFQDN`.
     #[arg(long, env = "EUREKA_CLUSTER_DOMAIN", default_value = "cluster.local")]
     pub cluster_domain: String,
@@ -517,6 +523,7 @@ impl KubernetesArgs {
         });
         crate::k8s::ClusterConfig {
             cluster_id: self.cluster_id.clone(),
+            cluster_name: self.cluster_name.clone(),
             cluster_domain: self.cluster_domain.clone(),
             namespaces: self.watch_namespaces.clone(),
             lease: crate::k8s::lease::LeaseConfig {
@@ -562,6 +569,18 @@ mod tests {
         defaults.kubernetes.tune_client(&mut config).unwrap();
         assert_eq!(config.read_timeout, Some(Duration::from_secs(60)));
         assert!(config.reset_reader_on_write);
+    }
+
+    #[test]
+    fn cluster_names_are_dns_label_like() {
+        for ok in ["blue", "eu-west-1.shop", "a", "0x", &"a".repeat(63)] {
+            assert_eq!(crate::k8s::parse_cluster_name(ok).as_deref(), Ok(ok));
+        }
+        for bad in ["", "Blue", "-a", "a-", "a_b", "a b", ".a", &"a".repeat(64)] {
+            assert!(crate::k8s::parse_cluster_name(bad).is_err(), "{bad:?} accepted");
+        }
+        let refused = Args::try_parse_from(["eureka-operator", "--cluster-name", "Prod_1"]).unwrap_err();
+        assert!(refused.to_string().contains("is not a cluster name"), "{refused}");
     }
 
     #[test]

@@ -33,6 +33,9 @@ use crate::{
 pub struct ClusterConfig {
     /// `--cluster-id`; `None` derives it from the `kube-system` namespace's UID.
     pub cluster_id: Option<String>,
+    /// `--cluster-name`; `None` reads the `cluster.clusterset.k8s.io` ClusterProperty, else
+    /// takes the cluster id.
+    pub cluster_name: Option<String>,
     pub cluster_domain: String,
     pub namespaces: Vec<String>,
     /// Where the operator's Lease lives.
@@ -217,10 +220,17 @@ fn start_controller(settings: ClusterConfig, wiring: ControllerTask, supervisor:
         let Some(cluster_id) = cluster_id(&wiring.client, settings.cluster_id.as_deref(), &shutdown).await? else {
             return Ok(());
         };
-        tracing::info!(cluster_id = %cluster_id, "cluster identity");
+        let cluster_name = match settings.cluster_name {
+            Some(name) => name,
+            None => clusterset_name(&wiring.client)
+                .await
+                .unwrap_or_else(|| cluster_id.clone()),
+        };
+        tracing::info!(cluster_id = %cluster_id, cluster_name = %cluster_name, "cluster identity");
         wiring.cluster_id.send_replace(Some(cluster_id.clone()));
         let controller_settings = controller::ControllerConfig {
             cluster_id,
+            cluster_name,
             cluster_domain: settings.cluster_domain,
             namespaces: settings.namespaces,
             max_backoff: settings.max_backoff,
@@ -291,6 +301,54 @@ async fn lease_task(
 ) -> anyhow::Result<()> {
     lease::run(client, config, tx, shutdown.wait()).await?;
     Ok(())
+}
+
+/// A cluster name: what `{clusterName}` puts in instance ids and links will be named by, so
+/// DNS-label-like: lowercase letters, digits, `-` and `.`, starting and ending with a letter or
+/// digit, at most 63 characters.
+pub fn parse_cluster_name(s: &str) -> Result<String, String> {
+    let ok_edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    let ok = !s.is_empty()
+        && s.len() <= 63
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+        && ok_edge(s.chars().next())
+        && ok_edge(s.chars().last());
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "{s:?} is not a cluster name: lowercase letters, digits, '-' and '.', starting and ending with a letter or digit, at most 63 characters"
+        ))
+    }
+}
+
+/// The name of this cluster in its ClusterSet: the value of the `cluster.clusterset.k8s.io`
+/// ClusterProperty (`about.k8s.io`, KEP-2149), read once at start; `None` when the API is not
+/// installed, the property is absent, unreadable (RBAC) or not a valid cluster name. A change
+/// takes effect at the next start, as the KEP expects the property to live as long as the cluster's
+/// membership.
+async fn clusterset_name(client: &Client) -> Option<String> {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    const PROPERTY: &str = "cluster.clusterset.k8s.io";
+    let gvk = GroupVersionKind::gvk("about.k8s.io", "v1alpha1", "ClusterProperty");
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ApiResource::from_gvk(&gvk));
+    let value = match api.get_opt(PROPERTY).await {
+        Ok(Some(p)) => p.data["spec"]["value"].as_str().map(str::to_string)?,
+        Ok(None) => return None,
+        Err(kube::Error::Api(s)) if s.code == 404 => return None,
+        Err(e) => {
+            tracing::warn!(error = %e, property = PROPERTY, "could not read the ClusterProperty; naming the cluster by its id");
+            return None;
+        }
+    };
+    match parse_cluster_name(&value) {
+        Ok(name) => Some(name),
+        Err(e) => {
+            tracing::warn!(error = %e, property = PROPERTY, "ignoring the ClusterProperty's value; naming the cluster by its id");
+            None
+        }
+    }
 }
 
 /// The cluster id: the flag, else the UID of `kube-system` (unique per cluster), retried with

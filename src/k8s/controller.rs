@@ -107,6 +107,8 @@ pub const FIELD_MANAGER: &str = "eureka-operator";
 pub struct ControllerConfig {
     /// Names this cluster's pod instances (`k8s.cluster` metadata).
     pub cluster_id: String,
+    /// The name people read (`k8s.clusterName` metadata, `{clusterName}` in instance ids).
+    pub cluster_name: String,
     /// For `hostName: PodFQDN`.
     pub cluster_domain: String,
     /// Namespaces to watch; all when empty.

@@ -93,7 +93,8 @@ pub struct EurekaAppSpec {
 
     /// The instance id template. Placeholders: {pod.name}, {pod.namespace}, {pod.uid}, {pod.ip},
     /// {pod.hostname} (the pod's host name as Spring sees it), {node}, {appName}, {port},
-    /// {cluster}. Must name the pod, its host name, its uid or its IP.
+    /// {cluster} (the cluster id), {clusterName} (its readable name: StatefulSet pod names repeat
+    /// across clusters, so ids shared between clusters should carry it). Must name the pod, its host name, its uid or its IP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self.contains('{pod.name}') || self.contains('{pod.hostname}') || self.contains('{pod.uid}') || self.contains('{pod.ip}')").message("instanceId must contain {pod.name}, {pod.hostname}, {pod.uid} or {pod.ip} so that it is unique per pod"))]
     pub instance_id: Option<String>,

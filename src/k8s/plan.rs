@@ -29,6 +29,7 @@ pub const SPRING_INSTANCE_ID: &str = "{pod.hostname}:{appName}:{port}";
 /// Facts from outside the EurekaApp.
 pub struct Facts<'a> {
     pub cluster_id: &'a str,
+    pub cluster_name: &'a str,
     pub cluster_domain: &'a str,
     /// `topology.kubernetes.io/zone` by node name.
     pub node_zones: &'a BTreeMap<String, String>,
@@ -524,6 +525,7 @@ fn instance_id(c: &Common<'_>, pod: &PodInfo, ip: &str, port: i32, ctx: &Facts<'
             ("appName", &c.app_lower),
             ("port", &port_s),
             ("cluster", ctx.cluster_id),
+            ("clusterName", ctx.cluster_name),
         ],
     )
 }
@@ -653,6 +655,7 @@ fn set_metadata(
     }
     md.insert(keys::OWNER, keys::OWNER_VALUE);
     md.insert(keys::CLUSTER, ctx.cluster_id);
+    md.insert(keys::CLUSTER_NAME, ctx.cluster_name);
     md.insert(keys::NAMESPACE, pod.namespace.to_string());
     md.insert(keys::EUREKA_APP, target.name);
     md.insert(keys::POD, pod.name.to_string());

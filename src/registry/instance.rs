@@ -559,6 +559,8 @@ impl InstanceInfo {
 /// Metadata keys every pod instance carries, naming its owner.
 pub mod keys {
     pub const CLUSTER: &str = "k8s.cluster";
+    /// The cluster's name people read (`--cluster-name`); `CLUSTER` stays the identity.
+    pub const CLUSTER_NAME: &str = "k8s.clusterName";
     pub const NAMESPACE: &str = "k8s.namespace";
     pub const EUREKA_APP: &str = "k8s.eurekaApp";
     pub const POD: &str = "k8s.pod";

@@ -708,3 +708,72 @@ async fn kubectl_explain_describes_every_field() {
         .join(" ");
     assert!(host_name.contains("`PodFQDN` its DNS name"), "{host_name}");
 }
+
+/// `k8s.clusterName` and `{clusterName}`: `--cluster-name` when given; else the value of the
+/// Multi-Cluster Services API's `cluster.clusterset.k8s.io` ClusterProperty (read with the chart's
+/// RBAC); else the cluster id.
+#[tokio::test]
+async fn the_cluster_name_comes_from_the_flag_the_clusterproperty_or_the_id() {
+    let Some(cluster) = prepared() else { return };
+    let client = cluster.admin().await;
+    let ns = "ctl-cluster-name";
+    namespace(&client, ns).await;
+    // The ClusterProperty API as KEP-2149 defines it (about.k8s.io/v1alpha1, cluster-scoped).
+    let crd = r#"{"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+      "metadata": {"name": "clusterproperties.about.k8s.io",
+        "annotations": {"api-approved.kubernetes.io": "https://github.com/kubernetes/enhancements/pull/3084"}},
+      "spec": {"group": "about.k8s.io", "scope": "Cluster",
+        "names": {"kind": "ClusterProperty", "plural": "clusterproperties", "singular": "clusterproperty"},
+        "versions": [{"name": "v1alpha1", "served": true, "storage": true,
+          "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+            "spec": {"type": "object", "properties": {"value": {"type": "string"}}}}}}}]}}"#;
+    let (ok, out) = kubectl_apply(cluster, crd);
+    assert!(ok, "{out}");
+    cluster.kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/clusterproperties.about.k8s.io",
+    ]);
+    let property = r#"{"apiVersion": "about.k8s.io/v1alpha1", "kind": "ClusterProperty",
+      "metadata": {"name": "cluster.clusterset.k8s.io"}, "spec": {"value": "eu-west-1.shop"}}"#;
+    let (ok, out) = kubectl_apply(cluster, property);
+    assert!(ok, "{out}");
+
+    eureka_app(
+        cluster,
+        ns,
+        "ledger",
+        "  selector:\n    matchLabels: {app: ledger}\n  port: http\n  \
+         instanceId: \"{pod.name}.{clusterName}:{appName}:{port}\"\n",
+    );
+    pod(
+        &client,
+        ns,
+        "ledger-0",
+        &[("app", "ledger")],
+        &[("http", 8080)],
+        "node-a",
+    )
+    .await;
+    set_ready(&client, ns, "ledger-0", "10.23.0.1", true).await;
+
+    let name_seen = |extra: &'static [&'static str], expected: &'static str| async move {
+        let op = Operator::start(cluster, IP, ns, "ctl-cluster-name", extra).await;
+        let id = format!("ledger-0.{expected}:ledger:8080");
+        wait_instances(&op.server, "LEDGER", &[(id.as_str(), "UP")]).await;
+        let i = instance(&op.server, "LEDGER", &id).await.unwrap();
+        assert_eq!(i["metadata"]["k8s.clusterName"], expected, "{i}");
+        assert_eq!(
+            i["metadata"]["k8s.cluster"], "test",
+            "the identity stays the cluster id"
+        );
+        let log = op.server.proc.log();
+        let line = log.lines().find(|l| l.contains("cluster identity")).unwrap_or_default();
+        assert!(line.contains(expected), "the log names the cluster: {line}");
+    };
+    name_seen(&[], "eu-west-1.shop").await;
+    name_seen(&["--cluster-name", "blue"], "blue").await;
+    cluster.kubectl_ok(&["delete", "clusterproperty", "cluster.clusterset.k8s.io"]);
+    name_seen(&[], "test").await;
+}

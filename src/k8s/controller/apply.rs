@@ -145,6 +145,7 @@ impl Context {
         };
         let ctx = Facts {
             cluster_id: &self.settings.cluster_id,
+            cluster_name: &self.settings.cluster_name,
             cluster_domain: &self.settings.cluster_domain,
             node_zones: &snapshot.zones,
             now,

@@ -43,6 +43,7 @@ pub(crate) fn run(app: &EurekaApp, pods: &[PodInfo]) -> Plan {
     let zones: BTreeMap<String, String> = [("node-a".to_string(), "zone-1".to_string())].into();
     let ctx = Facts {
         cluster_id: "prod",
+        cluster_name: "eu-west",
         cluster_domain: "cluster.local",
         node_zones: &zones,
         now: NOW,
@@ -92,6 +93,7 @@ fn a_ready_pod_becomes_an_up_instance_with_java_like_fields() {
     );
     assert_eq!(i.metadata.get("zone"), Some("zone-1"));
     assert_eq!(i.metadata.get(keys::CLUSTER), Some("prod"));
+    assert_eq!(i.metadata.get(keys::CLUSTER_NAME), Some("eu-west"));
     assert_eq!(i.metadata.get(keys::EUREKA_APP), Some("orders"));
     assert_eq!(i.metadata.get(keys::POD), Some("orders-1"));
     assert_eq!(i.metadata.get(keys::NAMESPACE), Some("shop"));
@@ -256,6 +258,14 @@ fn host_name_modes_ip_family_and_instance_id_templates() {
     assert_eq!(
         run(&templ, &[pod("orders-1", "")]).desired[0].info.id(),
         "prod/uid-orders-1/node-a:8080"
+    );
+    // StatefulSet pod names repeat across clusters; the cluster's name keeps the ids apart.
+    let named = app(&format!(
+        "{BASIC}  instanceId: \"{{pod.name}}.{{clusterName}}:{{appName}}:{{port}}\"\n"
+    ));
+    assert_eq!(
+        run(&named, &[pod("orders-1", "")]).desired[0].info.id(),
+        "orders-1.eu-west:orders:8080"
     );
 }
 
