@@ -387,6 +387,20 @@ pub struct KubernetesArgs {
     /// a re-list shows the EurekaApp gone).
     #[arg(long, env = "EUREKA_POD_INSTANCE_SWEEP_INTERVAL_MS", default_value_t = 30_000, value_parser = positive)]
     pub pod_instance_sweep_interval_ms: u64,
+
+    /// How soon the leader asks the replicas again about a pod waiting for its readiness gate
+    /// (some replica does not hold it UP yet, or its gate could not be written).
+    #[arg(long, env = "EUREKA_READINESS_GATE_RECHECK_MS", default_value_t = 500, value_parser = positive)]
+    pub readiness_gate_recheck_ms: u64,
+
+    /// How long a readiness gate the leader opened is not opened again while the pod watch has
+    /// not shown it True yet.
+    #[arg(long, env = "EUREKA_READINESS_GATE_OPENED_GRACE_MS", default_value_t = 5_000, value_parser = positive)]
+    pub readiness_gate_opened_grace_ms: u64,
+
+    /// How many pods the leader checks on the replicas (and whose gates it writes) at once.
+    #[arg(long, env = "EUREKA_READINESS_GATE_CONCURRENT_CHECKS", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub readiness_gate_concurrent_checks: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -543,6 +557,11 @@ impl KubernetesArgs {
             watch_timeout_seconds: self.watch_timeout_seconds,
             pod_watch_page_size: self.pod_watch_page_size,
             sweep_interval: Duration::from_millis(self.pod_instance_sweep_interval_ms),
+            gates: crate::k8s::controller::gates::GateTiming {
+                recheck: Duration::from_millis(self.readiness_gate_recheck_ms),
+                opened_grace: Duration::from_millis(self.readiness_gate_opened_grace_ms),
+                concurrent_checks: self.readiness_gate_concurrent_checks as usize,
+            },
         }
     }
 }

@@ -52,6 +52,8 @@ pub struct ClusterConfig {
     /// Pods per page of the pod watch's lists.
     pub pod_watch_page_size: u32,
     pub sweep_interval: Duration,
+    /// The readiness-gate task's pace.
+    pub gates: controller::gates::GateTiming,
 }
 
 /// What the rest of the process gets from the cluster subsystem.
@@ -238,6 +240,7 @@ fn start_controller(settings: ClusterConfig, wiring: ControllerTask, supervisor:
             watch_timeout_seconds: settings.watch_timeout_seconds,
             pod_watch_page_size: settings.pod_watch_page_size,
             sweep_interval: settings.sweep_interval,
+            gates: settings.gates,
         };
         let parts = controller::ControllerWiring {
             client: wiring.client,

@@ -42,7 +42,7 @@
 mod apply;
 mod completeness;
 mod figures;
-mod gates;
+pub mod gates;
 mod routing;
 mod wakers;
 mod writes;
@@ -123,6 +123,8 @@ pub struct ControllerConfig {
     pub pod_watch_page_size: u32,
     /// How often pod instances of gone EurekaApps are looked for.
     pub sweep_interval: Duration,
+    /// The readiness-gate task's pace (`--readiness-gate-*`).
+    pub gates: gates::GateTiming,
 }
 
 /// Why a reconcile failed (its Kubernetes writes; the registry part cannot fail).
@@ -314,6 +316,7 @@ pub async fn run(settings: ControllerConfig, parts: ControllerWiring, shutdown: 
         peer_client,
     } = parts;
     let scopes = Scope::of(&settings.namespaces);
+    let settings_gates = settings.gates;
     let Controllers {
         controllers,
         stores,
@@ -349,7 +352,7 @@ pub async fn run(settings: ControllerConfig, parts: ControllerWiring, shutdown: 
         claimed: Mutex::default(),
         peers,
         peer_client,
-        gates: gates::Gates::default(),
+        gates: gates::Gates::new(settings_gates),
         // Whole seconds, as the pods' Ready times are.
         watching_since: state.now() / 1000 * 1000,
     });

@@ -19,15 +19,35 @@ use std::{collections::BTreeMap, time::Instant};
 use super::*;
 
 /// How soon a pod that some replica does not hold UP yet, or whose gate could not be written, is
-/// looked at again.
-pub(super) const RECHECK: Duration = Duration::from_millis(500);
+/// looked at again (`--readiness-gate-recheck-ms`'s default).
+pub const RECHECK: Duration = Duration::from_millis(500);
 
 /// How long a gate this task opened is not opened again while reconciles still list its pod
-/// (until the pod watch brings the True condition; after it, the pod is checked again).
-pub(super) const OPENED_GRACE: Duration = Duration::from_secs(5);
+/// (until the pod watch brings the True condition; after it, the pod is checked again)
+/// (`--readiness-gate-opened-grace-ms`'s default).
+pub const OPENED_GRACE: Duration = Duration::from_secs(5);
 
-/// How many pods are checked (and gates written) at once.
-const CONCURRENT_CHECKS: usize = 8;
+/// How many pods are checked (and gates written) at once (`--readiness-gate-concurrent-checks`'s
+/// default).
+pub const CONCURRENT_CHECKS: usize = 8;
+
+/// The gate task's pace (flags; the constants above are the defaults).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GateTiming {
+    pub recheck: Duration,
+    pub opened_grace: Duration,
+    pub concurrent_checks: usize,
+}
+
+impl Default for GateTiming {
+    fn default() -> Self {
+        GateTiming {
+            recheck: RECHECK,
+            opened_grace: OPENED_GRACE,
+            concurrent_checks: CONCURRENT_CHECKS,
+        }
+    }
+}
 
 /// A pod whose gate is closed while its instance is UP here.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -125,6 +145,7 @@ pub(super) struct Open {
 #[derive(Default)]
 pub(super) struct Board {
     apps: HashMap<AppKey, Watched>,
+    timing: GateTiming,
 }
 
 /// One EurekaApp's gate and its waiting pods, by pod name.
@@ -144,6 +165,13 @@ struct PodGate {
 }
 
 impl Board {
+    pub(super) fn new(timing: GateTiming) -> Board {
+        Board {
+            apps: HashMap::new(),
+            timing,
+        }
+    }
+
     /// Replaces what `key`'s reconcile handed before (none, or no waiting pod, clears it); a pod
     /// handed again keeps what the task knows of it. Returns whether a pod was added (the task
     /// then looks at once).
@@ -180,14 +208,14 @@ impl Board {
 
     /// The pods to ask the replicas about at `now`: every waiting pod but those whose delay is
     /// still running since every replica was seen holding them, and those whose gate this task
-    /// opened less than [`OPENED_GRACE`] ago.
+    /// opened less than the opened grace ago.
     pub(super) fn due(&self, now: Instant) -> Vec<Check> {
+        let grace = self.timing.opened_grace;
         let mut due = Vec::new();
         for (key, w) in &self.apps {
             let delay = delay_of(&w.gate);
             for (pod, p) in &w.pods {
-                if p.opened.is_some_and(|at| now < at + OPENED_GRACE) || p.confirmed.is_some_and(|at| now < at + delay)
-                {
+                if p.opened.is_some_and(|at| now < at + grace) || p.confirmed.is_some_and(|at| now < at + delay) {
                     continue;
                 }
                 due.push(Check {
@@ -241,16 +269,19 @@ impl Board {
     }
 
     /// How long after `now` to look again: when a delay ends or an opened gate's grace does,
-    /// else [`RECHECK`]; `None` while no pod waits.
+    /// else the recheck interval; `None` while no pod waits.
     pub(super) fn next_wake(&self, now: Instant) -> Option<Duration> {
+        let GateTiming {
+            recheck, opened_grace, ..
+        } = self.timing;
         self.apps
             .values()
             .flat_map(|w| {
                 let delay = delay_of(&w.gate);
                 w.pods.values().map(move |p| match (p.opened, p.confirmed) {
-                    (Some(at), _) if now < at + OPENED_GRACE => at + OPENED_GRACE - now,
+                    (Some(at), _) if now < at + opened_grace => at + opened_grace - now,
                     (_, Some(at)) if now < at + delay => at + delay - now,
-                    _ => RECHECK,
+                    _ => recheck,
                 })
             })
             .min()
@@ -268,7 +299,6 @@ impl Board {
 }
 
 /// The gate task's board, shared with the reconciles that fill it.
-#[derive(Default)]
 pub(super) struct Gates {
     board: Mutex<Board>,
     /// Wakes the task when a reconcile hands it a new pod.
@@ -276,6 +306,13 @@ pub(super) struct Gates {
 }
 
 impl Gates {
+    pub(super) fn new(timing: GateTiming) -> Gates {
+        Gates {
+            board: Mutex::new(Board::new(timing)),
+            wake: tokio::sync::Notify::new(),
+        }
+    }
+
     /// Hands the task `key`'s waiting pods (see [`Board::hand`]).
     pub(super) fn hand(&self, key: &AppKey, gated: Option<Gated>) {
         if self.board.lock().hand(key, gated) {
@@ -312,7 +349,7 @@ impl Context {
             } else {
                 // A lead past its deadline can come back without a turn (a renewal after a
                 // pause): look again soon rather than only on the next turn.
-                (!self.gates.board.lock().is_empty()).then_some(RECHECK)
+                (!self.gates.board.lock().is_empty()).then_some(self.settings.gates.recheck)
             };
         }
     }
@@ -337,12 +374,14 @@ impl Context {
                         (check, everywhere)
                     }
                 })
-                .buffer_unordered(CONCURRENT_CHECKS)
+                .buffer_unordered(self.settings.gates.concurrent_checks)
                 .collect()
                 .await;
             let open = self.gates.board.lock().settle(answers, Instant::now());
             futures::stream::iter(open)
-                .for_each_concurrent(CONCURRENT_CHECKS, |o| self.open_gate(o, replicas.len()))
+                .for_each_concurrent(self.settings.gates.concurrent_checks, |o| {
+                    self.open_gate(o, replicas.len())
+                })
                 .await;
         }
         self.gates.board.lock().next_wake(Instant::now())

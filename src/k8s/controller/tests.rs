@@ -315,6 +315,26 @@ fn a_handed_pod_is_checked_at_once() {
     assert_eq!(board.next_wake(t0), Some(RECHECK));
 }
 
+/// The flags' pace replaces the defaults: the recheck interval and the opened grace.
+#[test]
+fn the_board_keeps_the_configured_pace() {
+    let timing = super::gates::GateTiming {
+        recheck: Duration::from_millis(120),
+        opened_grace: Duration::from_secs(2),
+        concurrent_checks: 1,
+    };
+    let mut board = Board::new(timing);
+    board.hand(&web(), Some(handed(0, &["web-1"])));
+    let t0 = Instant::now();
+    assert_eq!(board.next_wake(t0), Some(Duration::from_millis(120)));
+    assert_eq!(answer(&mut board, t0, true), ["web-1"]);
+    board.opened(&web(), "web-1", t0);
+    board.hand(&web(), Some(handed(0, &["web-1"])));
+    assert!(due(&board, t0 + S).is_empty());
+    assert_eq!(board.next_wake(t0 + S), Some(S), "2 s of grace, 1 s gone");
+    assert_eq!(due(&board, t0 + 2 * S), ["web-1"]);
+}
+
 #[test]
 fn a_gate_opens_once_its_delay_has_passed_since_every_replica_held_the_instance() {
     let (mut board, t0) = board_of(2, &["web-1"]);
