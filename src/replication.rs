@@ -284,6 +284,10 @@ pub struct RepairLabels {
 
 impl ReplicationMetrics {
     pub fn register(&self, registry: &mut prometheus_client::registry::Registry) {
+        drop(self.dropped.get_or_create(&DropLabels {
+            peer: String::new(),
+            reason: "peer_removed",
+        }));
         for action in repair::REPAIR_ACTIONS {
             drop(self.repairs.get_or_create(&RepairLabels { action }));
         }
@@ -299,7 +303,7 @@ impl ReplicationMetrics {
         );
         r.register(
             "dropped",
-            "Tasks dropped per peer: queue full (overflow), older than --max-time-for-replication (expired), refused by the peer, or left when the peer left the list (peer_removed)",
+            "Tasks dropped per peer: queue full (overflow), older than --max-time-for-replication (expired), refused by the peer; and, without a peer label, left by peers that left the list (peer_removed: their series go with them)",
             self.dropped.clone(),
         );
         r.register(
@@ -320,22 +324,40 @@ impl ReplicationMetrics {
         drop(self.sent.get_or_create(labels));
         drop(self.batches.get_or_create(labels));
         let peer = labels.peer.as_str();
-        for class in [
-            Failure::Congestion,
-            Failure::Network,
-            Failure::Unauthorized,
-            Failure::Permanent,
-        ] {
+        for class in FAILURE_CLASSES {
             drop(self.failures.get_or_create(&FailureLabels {
                 peer: peer.to_string(),
                 class: failure_label(class),
             }));
         }
-        for reason in ["overflow", "expired", "refused", "peer_removed"] {
+        for reason in PEER_DROP_REASONS {
             drop(self.dropped.get_or_create(&DropLabels {
                 peer: peer.to_string(),
                 reason,
             }));
+        }
+    }
+
+    /// A peer left the list: every series labelled with it goes (peers come and go with pod IPs;
+    /// their series must not pile up), and what it left unsent is counted under `peer_removed`
+    /// without a peer label.
+    fn peer_removed(&self, labels: &PeerLabels, unsent: u64) {
+        self.dropped("", "peer_removed", unsent);
+        self.queued.remove(labels);
+        self.reachable.remove(labels);
+        self.sent.remove(labels);
+        self.batches.remove(labels);
+        for class in FAILURE_CLASSES {
+            self.failures.remove(&FailureLabels {
+                peer: labels.peer.clone(),
+                class: failure_label(class),
+            });
+        }
+        for reason in PEER_DROP_REASONS {
+            self.dropped.remove(&DropLabels {
+                peer: labels.peer.clone(),
+                reason,
+            });
         }
     }
 
@@ -503,10 +525,7 @@ impl Replicator {
                 self.health.clear(&q.health_source());
                 // What it still held will not be sent: counted, and its queue gauge goes.
                 let left = q.batcher.lock().len() as u64;
-                let labels = q.labels();
-                self.metrics.dropped(&labels.peer, "peer_removed", left);
-                self.metrics.queued.remove(&labels);
-                self.metrics.reachable.remove(&labels);
+                self.metrics.peer_removed(&q.labels(), left);
                 tracing::info!(peer = %url, unsent = left, "peer removed");
             }
             keep
@@ -830,6 +849,17 @@ pub fn owned_by(info: &InstanceInfo, cluster_id: &str) -> bool {
     use crate::registry::instance::keys;
     info.metadata.get(keys::OWNER) == Some(keys::OWNER_VALUE) && info.metadata.get(keys::CLUSTER) == Some(cluster_id)
 }
+
+/// Every failure class (each peer's series start at 0).
+const FAILURE_CLASSES: [Failure; 4] = [
+    Failure::Congestion,
+    Failure::Network,
+    Failure::Unauthorized,
+    Failure::Permanent,
+];
+
+/// The drop reasons counted per peer.
+const PEER_DROP_REASONS: [&str; 3] = ["overflow", "expired", "refused"];
 
 fn failure_label(class: Failure) -> &'static str {
     match class {

@@ -205,17 +205,18 @@ async fn a_removed_peer_loses_its_queue_and_its_sender() {
     let old = r.replicator.queues_of(None).remove(0);
     r.peers.send_replace(Vec::new());
     r.queues(0).await;
-    // What it held is counted as dropped.
-    let dropped = r
-        .replicator
-        .metrics
-        .dropped
-        .get_or_create(&DropLabels {
-            peer: old.labels().peer,
-            reason: "peer_removed",
-        })
-        .get();
-    assert_eq!(dropped, 1, "the removed peer's unsent task is counted");
+    // What it held is counted as dropped (without a peer label), and its own series are gone.
+    let mut registry = prometheus_client::registry::Registry::default();
+    r.replicator.metrics.register(&mut registry);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l == r#"replication_dropped_total{peer="",reason="peer_removed"} 1"#),
+        "the removed peer's unsent task is counted:\n{text}"
+    );
+    let peer = format!("peer=\"{}\"", old.labels().peer);
+    assert!(!text.contains(&peer), "the removed peer's series remain:\n{text}");
     // Its sender ended: nothing else holds the old queue.
     eventually("the sender to end", || Arc::strong_count(&old) == 1).await;
     // Back in the list: a new queue, without what the old one held.
