@@ -7,7 +7,7 @@
 use prometheus_client::{
     collector::Collector,
     encoding::{DescriptorEncoder, EncodeMetric},
-    metrics::{MetricType, counter::ConstCounter, gauge::ConstGauge},
+    metrics::{MetricType, counter::ConstCounter},
 };
 
 /// Reads `/proc/self` at every scrape.
@@ -59,10 +59,12 @@ fn read() -> Readings {
     Readings::default()
 }
 
+/// A gauge `/proc` could read; nothing when it could not.
 fn gauge(encoder: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: Option<u64>) -> Result<(), std::fmt::Error> {
-    let Some(v) = v else { return Ok(()) };
-    let metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
-    ConstGauge::new(v as i64).encode(metric)
+    match v {
+        Some(v) => super::gauge(encoder, name, help, v as i64),
+        None => Ok(()),
+    }
 }
 
 impl Collector for ProcessCollector {

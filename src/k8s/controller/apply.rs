@@ -121,16 +121,23 @@ impl Context {
             .filter(|(_, v)| v.info.status == Status::Up)
             .map(|(o, _)| o.pod.as_str())
             .collect();
-        for (owner, view) in after {
-            if view.info.status != Status::Up || was_up.contains(owner.pod.as_str()) {
-                continue;
-            }
-            let since = pods
-                .iter()
-                .find(|p| *p.name == *owner.pod)
-                .and_then(|p| p.ready_since)
-                .filter(|since| *since >= self.watching_since);
-            if let Some(since) = since {
+        let newly_up: Vec<&str> = after
+            .iter()
+            .filter(|(o, v)| v.info.status == Status::Up && !was_up.contains(o.pod.as_str()))
+            .map(|(o, _)| o.pod.as_str())
+            .collect();
+        if newly_up.is_empty() {
+            return;
+        }
+        let ready_since: HashMap<&str, i64> = pods
+            .iter()
+            .filter_map(|p| {
+                let since = p.ready_since.filter(|since| *since >= self.watching_since)?;
+                Some((&*p.name, since))
+            })
+            .collect();
+        for pod in newly_up {
+            if let Some(since) = ready_since.get(pod) {
                 self.metrics.ready_to_up.observe((now - since).max(0) as f64 / 1000.0);
             }
         }
