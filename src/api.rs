@@ -6,6 +6,7 @@ pub mod admin;
 pub mod auth;
 pub mod dashboard;
 pub mod eureka;
+pub mod link;
 pub mod negotiate;
 pub mod peer;
 pub mod route;
@@ -63,6 +64,8 @@ pub struct Api {
     pub leadership: Option<crate::leadership::Leader>,
     /// How this server describes itself (the status document's `instanceInfo`).
     pub identity: Arc<InstanceInfo>,
+    /// What links from other clusters are served (`None`: the link endpoint is off).
+    pub links: Option<Arc<crate::links::Serving>>,
 }
 
 impl Api {
@@ -146,7 +149,7 @@ fn eureka_routes(api: &Api, prefix: &str) -> Router<Arc<Api>> {
         })
     };
     use eureka::*;
-    let routes: [(&str, MethodRouter<Arc<Api>>); 12] = [
+    let routes: [(&str, MethodRouter<Arc<Api>>); 13] = [
         ("/apps", observed("apps", get(apps))),
         ("/apps/delta", observed("apps_delta", get(delta))),
         ("/apps/{app}", observed("app", get(app).post(register))),
@@ -168,6 +171,7 @@ fn eureka_routes(api: &Api, prefix: &str) -> Router<Arc<Api>> {
         ("/peerreplication/batch", observed("peer_batch", post(batch))),
         ("/asg/{asg}/status", observed("asg_status", put(asg_status))),
         ("/status", observed("status", get(status))),
+        ("/link/apps", observed("link_apps", get(link::apps))),
     ];
     routes.into_iter().fold(Router::new(), |router, (path, methods)| {
         router.route(&format!("{prefix}{path}"), methods)

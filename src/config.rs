@@ -86,6 +86,64 @@ pub struct Args {
 
     #[command(flatten)]
     pub limits: limits::LimitArgs,
+
+    #[command(flatten)]
+    pub links: LinkArgs,
+}
+
+/// Links to other clusters' registries (see `crate::links`).
+#[derive(Clone, Debug, ClapArgs)]
+pub struct LinkArgs {
+    /// A YAML list of links to other clusters' registries, each pulled by every replica;
+    /// re-read when it changes. No links when unset.
+    #[arg(long, env = "EUREKA_REMOTE_CLUSTERS_FILE")]
+    pub remote_clusters_file: Option<PathBuf>,
+
+    /// How long a starting replica waits for its links' first answers before it reports ready
+    /// anyway (with a warning per link that did not answer).
+    #[arg(long, env = "EUREKA_REMOTE_INITIAL_SYNC_TIMEOUT_MS", default_value_t = 10_000)]
+    pub remote_initial_sync_timeout_ms: u64,
+
+    /// How often the remote clusters file and the CA files it names are checked for changes.
+    #[arg(long, env = "EUREKA_REMOTE_CLUSTERS_RELOAD_INTERVAL_MS", default_value_t = 2_000, value_parser = positive)]
+    pub remote_clusters_reload_interval_ms: u64,
+
+    /// Connect timeout toward linked clusters.
+    #[arg(long, env = "EUREKA_REMOTE_CONNECT_TIMEOUT_MS", default_value_t = 2_000, value_parser = positive)]
+    pub remote_connect_timeout_ms: u64,
+
+    /// Read timeout toward linked clusters (a full answer of a large export must fit in it).
+    #[arg(long, env = "EUREKA_REMOTE_READ_TIMEOUT_MS", default_value_t = 10_000, value_parser = positive)]
+    pub remote_read_timeout_ms: u64,
+
+    /// Applications this cluster never exports over links (comma-separated).
+    #[arg(long, env = "EUREKA_CLUSTER_LOCAL_APPS", value_delimiter = ',')]
+    pub cluster_local_apps: Vec<String>,
+
+    /// A changes answer to a link that covers more applications than this is sent whole.
+    #[arg(long, env = "EUREKA_LINK_MAX_CHANGED_APPS", default_value_t = 1000, value_parser = positive)]
+    pub link_max_changed_apps: u64,
+}
+
+impl LinkArgs {
+    pub fn links_config(&self) -> crate::links::LinksConfig {
+        crate::links::LinksConfig {
+            file: self.remote_clusters_file.clone(),
+            initial_sync_timeout: Duration::from_millis(self.remote_initial_sync_timeout_ms),
+            reload_interval: Duration::from_millis(self.remote_clusters_reload_interval_ms),
+            connect_timeout: Duration::from_millis(self.remote_connect_timeout_ms),
+            read_timeout: Duration::from_millis(self.remote_read_timeout_ms),
+        }
+    }
+
+    /// The cluster-local applications, upper-case as Eureka keys them.
+    pub fn cluster_local(&self) -> Vec<String> {
+        self.cluster_local_apps
+            .iter()
+            .map(|a| a.trim().to_ascii_uppercase())
+            .filter(|a| !a.is_empty())
+            .collect()
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

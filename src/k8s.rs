@@ -88,6 +88,8 @@ pub struct ClusterWiring {
     pub peers: channel::Receiver<Vec<crate::replication::Peer>>,
     /// How replicas are asked.
     pub peer_client: crate::replication::client::PeerClient,
+    /// The applications never exported over links (EurekaApps with `clusterLocal`).
+    pub cluster_local: crate::links::ClusterLocal,
 }
 
 /// Starts the Lease election, the controller, the override persister and replica discovery.
@@ -127,6 +129,7 @@ pub fn start(
         reconciled: wiring.reconciled,
         peers: wiring.peers,
         peer_client: wiring.peer_client,
+        cluster_local: wiring.cluster_local,
     };
     start_controller(settings.clone(), controller, supervisor);
     let discovered = start_replica_discovery(
@@ -205,6 +208,7 @@ struct ControllerTask {
     reconciled: Condition,
     peers: channel::Receiver<Vec<crate::replication::Peer>>,
     peer_client: crate::replication::client::PeerClient,
+    cluster_local: crate::links::ClusterLocal,
 }
 
 /// The controller: it learns the cluster id, then reconciles until shutdown.
@@ -252,6 +256,7 @@ fn start_controller(settings: ClusterConfig, wiring: ControllerTask, supervisor:
             complete: wiring.reconciled,
             peers: wiring.peers,
             peer_client: wiring.peer_client,
+            cluster_local: wiring.cluster_local,
         };
         controller::run(controller_settings, parts, shutdown).await
     });

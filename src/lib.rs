@@ -15,6 +15,7 @@ pub mod config;
 pub mod health;
 pub mod k8s;
 pub mod leadership;
+pub mod links;
 pub mod metrics;
 pub mod mutants;
 pub mod registry;
@@ -54,6 +55,7 @@ mod readme {
         ("cache", 4),
         ("metrics", 4),
         ("replication", 5),
+        ("links", 5),
         ("timers", 5),
         ("api", 6),
         ("k8s", 7),

@@ -12,10 +12,13 @@
 //! count toward self-preservation (their lifetime is Kubernetes' truth), and clients cannot
 //! overwrite or cancel them. Adopted instances are native registrations of pods whose
 //! EurekaApp adopts them ([`adoption`]): the client's own description, held like pod instances.
+//! Imported instances come from other clusters over links ([`imports`]): shown, never written
+//! by this cluster's clients, never replicated.
 
 pub mod adoption;
 pub mod changes;
 pub mod eviction;
+pub mod imports;
 pub mod instance;
 pub mod lease;
 pub mod limits;
@@ -249,6 +252,45 @@ pub enum Command {
         owner: PodOwner,
         pod_gone: bool,
     },
+    /// What a fetch over a link brought (see [`imports`]).
+    Import {
+        link: String,
+        batch: imports::ImportBatch,
+    },
+    /// How a link's instances are shown now (its visibility, or its partition state).
+    SetLinkRule {
+        link: String,
+        rule: imports::LinkRule,
+    },
+    /// Forgets a link and what it imported.
+    DropLink {
+        link: String,
+    },
+}
+
+impl Command {
+    /// The one instance a client, peer or controller write is about.
+    fn target(&self) -> Option<(&str, &str)> {
+        match self {
+            Command::Register { info, .. } | Command::RegisterCopy { info } | Command::UpsertPod { info, .. } => {
+                Some((&info.app, info.id()))
+            }
+            Command::Renew { app, id, .. }
+            | Command::Cancel { app, id, .. }
+            | Command::SetStatus { app, id, .. }
+            | Command::DeleteStatusOverride { app, id, .. }
+            | Command::UpdateMetadata { app, id, .. }
+            | Command::MergeMetadata { app, id, .. }
+            | Command::Evict { app, id }
+            | Command::CancelCopy { app, id, .. }
+            | Command::RemovePod { app, id, .. } => Some((app, id)),
+            Command::Claim { .. }
+            | Command::Unclaim { .. }
+            | Command::Import { .. }
+            | Command::SetLinkRule { .. }
+            | Command::DropLink { .. } => None,
+        }
+    }
 }
 
 /// The answer to a write, in Eureka's terms.
@@ -394,7 +436,7 @@ pub struct Stats {
     pub instances: u64,
     /// Native and replicated leases that have expired but are still registered.
     pub expired: u64,
-    pub by_origin: [(Origin, u64); 4],
+    pub by_origin: [(Origin, u64); 5],
     pub by_status: StatusCounts,
     pub applications: usize,
     pub version: u64,
@@ -436,6 +478,8 @@ pub struct Registry {
     claims: adoption::Claims,
     /// Recent cancels: `(app, id)` → (the cancelled copy's `lastDirtyTimestamp`, when).
     cancelled: HashMap<(String, String), (i64, i64)>,
+    /// Every link's copy of another cluster's export.
+    imports: imports::Imports,
 }
 
 impl Registry {
@@ -456,6 +500,7 @@ impl Registry {
             totals: Totals::default(),
             claims: adoption::Claims::default(),
             cancelled: HashMap::new(),
+            imports: imports::Imports::default(),
         }
     }
 
@@ -482,10 +527,54 @@ impl Registry {
 
     /// Applies one write.
     pub fn apply(&mut self, command: Command, now: i64) -> Outcome {
+        let target = command.target().map(|(app, id)| (app.to_string(), id.to_string()));
+        let imported = target
+            .as_ref()
+            .and_then(|(app, id)| self.imported_through(app, id).map(|link| (app, id, link)));
+        if let Some((app, id, link)) = imported
+            && let Some(reply) = self.on_import(&command, app, id, &link, now)
+        {
+            return Outcome::reply(reply);
+        }
+        let claims = matches!(command, Command::Claim { .. } | Command::Unclaim { .. });
         let outcome = self.write(command, now);
+        match target {
+            Some((app, _)) if self.imports.holds_app(&app) => self.settle_imports(&app, now),
+            None if claims => self.settle_all_imports(now),
+            _ => {}
+        }
         #[cfg(test)]
         self.store.assert_indices();
         outcome
+    }
+
+    /// A client, peer or controller write on an instance shown as an import: a registration
+    /// (or a pod) takes the id as a local instance, which hides the import (`None`: go on with
+    /// the write); a heartbeat or cancel finds no lease of this cluster; a status or metadata
+    /// change belongs to the source cluster.
+    fn on_import(&mut self, command: &Command, app: &str, id: &str, link: &str, now: i64) -> Option<Reply> {
+        match command {
+            Command::Register { .. } | Command::RegisterCopy { .. } | Command::UpsertPod { .. } => {
+                self.store.remove(app, id, now);
+                None
+            }
+            Command::Renew { .. }
+            | Command::Cancel { .. }
+            | Command::Evict { .. }
+            | Command::CancelCopy { .. }
+            | Command::RemovePod { .. } => Some(Reply::NotFound),
+            Command::SetStatus { .. }
+            | Command::DeleteStatusOverride { .. }
+            | Command::UpdateMetadata { .. }
+            | Command::MergeMetadata { .. } => Some(Reply::Refused(format!(
+                "{app}/{id} is imported from the cluster behind link {link:?}; change it in that cluster"
+            ))),
+            Command::Claim { .. }
+            | Command::Unclaim { .. }
+            | Command::Import { .. }
+            | Command::SetLinkRule { .. }
+            | Command::DropLink { .. } => None,
+        }
     }
 
     fn write(&mut self, command: Command, now: i64) -> Outcome {
@@ -533,6 +622,9 @@ impl Registry {
             Command::RemovePod { app, id, owner } => self.remove_pod(&app, &id, &owner, now),
             Command::Claim { claim } => self.claim(claim, now),
             Command::Unclaim { owner, pod_gone } => self.unclaim(&owner, pod_gone, now),
+            Command::Import { link, batch } => self.import(&link, batch, now),
+            Command::SetLinkRule { link, rule } => self.set_link_rule(&link, rule, now),
+            Command::DropLink { link } => self.drop_link(&link, now),
         }
     }
 
@@ -552,6 +644,7 @@ impl Registry {
         let expiry = self.config.override_expiry_ms;
         self.overrides.retain(|_, o| now - o.accessed <= expiry);
         self.claims.purge(now);
+        self.settle_all_imports(now);
     }
 
     // === reads ===
@@ -572,6 +665,10 @@ impl Registry {
     /// cancellations.
     fn remove(&mut self, app: &str, id: &str, now: i64) -> Option<InstanceView> {
         let view = self.store.remove(app, id, now)?;
+        if self.imports.holds_app(app) {
+            // An import this instance hid shows again.
+            self.settle_imports(app, now);
+        }
         self.recent_cancelled.push_back((now, format!("{app}({id})")));
         while self.recent_cancelled.len() > self.config.recent_queue_len {
             self.recent_cancelled.pop_front();

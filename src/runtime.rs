@@ -17,6 +17,7 @@ use crate::{
     health::Health,
     k8s,
     leadership::Lead,
+    links,
     metrics::{Metrics, RegistryCollector},
     registry::{Registry, RegistryConfig},
     replication::{self, client::PeerUrl, peers as peer_list},
@@ -137,16 +138,20 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let me = Identity::read(args.peers.replica_id.as_deref(), args.bind);
     // Completeness conditions are registered before anything serves.
     let synced = shared.health.condition("registry synced from peers");
+    let links_synced = shared
+        .health
+        .condition("links to other clusters answered (or the start-up timeout passed)");
 
     // The peer list is filled by the peers subsystem; the cluster subsystem reads it too.
     let (peers_tx, peers_rx) = watch::channel(Vec::new());
     let replication_settings = replication_settings(&args.peers, &args.serving, &me, guard.access.as_ref())?;
     let peer_client = replication::client::PeerClient::from_config(&replication_settings);
+    let cluster_local = links::ClusterLocal::new(args.links.cluster_local());
     let cluster = start_cluster(
         &args.kubernetes,
         &args.peers,
         &me,
-        &shared,
+        (&shared, &cluster_local),
         peers_rx.clone(),
         peer_client,
         &mut supervisor,
@@ -169,8 +174,36 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         synced,
         &mut supervisor,
     );
+    let link_identity = links::Identity {
+        flag: args.kubernetes.cluster_id.clone(),
+        discovered: cluster.cluster_id.clone(),
+        name: args.kubernetes.cluster_name.clone(),
+    };
+    let board = links::Board::default();
+    start_links(
+        &args.links,
+        &shared,
+        (link_identity.clone(), board.clone()),
+        links_synced,
+        &mut supervisor,
+    )?;
+    let serving = links::Serving {
+        identity: link_identity,
+        cluster_local: cluster_local.clone(),
+        epoch: format!("{}@{}:{}-{}", me.replica, me.host, args.bind.port(), shared.started_at),
+        max_changed_apps: args.links.link_max_changed_apps as usize,
+        board,
+    };
     // Serve before the sync ends, so replicas that start together can reach each other.
-    start_api(&args, bound, guard, &shared, &cluster, &me, peers_rx, &mut supervisor).await?;
+    start_api(
+        &args,
+        bound,
+        guard,
+        (&shared, &cluster, &me),
+        (peers_rx, serving),
+        &mut supervisor,
+    )
+    .await?;
     let timers = timers::run(
         shared.state,
         args.server.intervals(),
@@ -196,10 +229,8 @@ async fn start_api(
     args: &Args,
     (eureka, admin): (api::Bound, api::Bound),
     guard: Guard,
-    shared: &Shared,
-    cluster: &Cluster,
-    me: &Identity,
-    peers: watch::Receiver<Vec<replication::Peer>>,
+    (shared, cluster, me): (&Shared, &Cluster, &Identity),
+    (peers, links): (watch::Receiver<Vec<replication::Peer>>, links::Serving),
     supervisor: &mut Supervisor,
 ) -> anyhow::Result<()> {
     let environment = args
@@ -223,6 +254,7 @@ async fn start_api(
             args.bind.port(),
             shared.started_at,
         )),
+        links: Some(Arc::new(links)),
     };
     let listeners = api::Listeners {
         eureka,
@@ -231,6 +263,28 @@ async fn start_api(
         tls: guard.tls,
     };
     api::start(listeners, api, guard.access, supervisor).await?;
+    Ok(())
+}
+
+/// The links to other clusters (nothing runs without `--remote-clusters-file`).
+fn start_links(
+    args: &crate::config::LinkArgs,
+    shared: &Shared,
+    (identity, board): (links::Identity, links::Board),
+    synced: crate::health::Condition,
+    supervisor: &mut Supervisor,
+) -> anyhow::Result<()> {
+    let metrics = links::LinkMetrics::default();
+    shared.metrics.with_prometheus(|r| metrics.register(r));
+    let wiring = links::LinksWiring {
+        state: shared.state.clone(),
+        health: shared.health.clone(),
+        identity,
+        metrics,
+        board,
+        synced,
+    };
+    links::start(args.links_config(), wiring, supervisor).context("failed to start the links to other clusters")?;
     Ok(())
 }
 
@@ -301,7 +355,7 @@ async fn start_cluster(
     kubernetes: &KubernetesArgs,
     peers: &crate::config::PeerArgs,
     me: &Identity,
-    shared: &Shared,
+    (shared, cluster_local): (&Shared, &links::ClusterLocal),
     peers_rx: watch::Receiver<Vec<replication::Peer>>,
     peer_client: replication::client::PeerClient,
     supervisor: &mut Supervisor,
@@ -329,6 +383,7 @@ async fn start_cluster(
                     .condition("Kubernetes watches listed and EurekaApps reconciled"),
                 peers: peers_rx,
                 peer_client,
+                cluster_local: cluster_local.clone(),
             };
             let started = k8s::start(config, settings, wiring, supervisor)?;
             Cluster {
@@ -416,6 +471,7 @@ pub fn metrics_catalogue() -> Arc<Metrics> {
     metrics.with_prometheus(|r| {
         r.register_collector(Box::new(crate::leadership::LeaderGauge(leader)));
         replication::ReplicationMetrics::default().register(r);
+        links::LinkMetrics::default().register(r);
         api::server::ServerMetrics::default().register(r);
         crate::tls::ReloadMetrics::default().register(r);
     });

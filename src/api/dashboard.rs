@@ -99,6 +99,16 @@ pub struct Model<'a> {
     pub environment: &'a str,
     pub replicas: &'a [String],
     pub leader: Option<bool>,
+    /// This replica's links to other clusters.
+    pub links: &'a [LinkRow],
+}
+
+/// One link as the dashboard shows it.
+#[derive(Clone, Debug, Default)]
+pub struct LinkRow {
+    pub name: String,
+    pub state: crate::links::LinkState,
+    pub figures: crate::registry::imports::LinkFigures,
 }
 
 const STYLE: &str = "body{font-family:sans-serif;margin:0;color:#222}header{background:#34495e;color:#fff;padding:12px 24px}\
@@ -122,6 +132,7 @@ pub fn render(m: &Model<'_>) -> String {
     }
     h.push_str("</ul>");
     instances(&mut h, m.apps);
+    links(&mut h, m);
     general_info(&mut h, m);
     h.push_str("</main></body></html>");
     h
@@ -194,6 +205,43 @@ fn instances(h: &mut String, apps: &AppsView) {
             let _ = write!(h, "{}</div>", links.join(" , "));
         }
         h.push_str("</td></tr>");
+    }
+    h.push_str("</table>");
+}
+
+/// This replica's links: each one's state, last answer, and what it imported.
+fn links(h: &mut String, m: &Model<'_>) {
+    if m.links.is_empty() {
+        return;
+    }
+    h.push_str("<h2>Links to other clusters</h2><table id=\"links\"><tr><th>Link</th><th>URLs</th><th>State</th><th>Last answer</th><th>Imported</th><th>Shown</th><th>Hidden by local</th><th>Last error</th></tr>");
+    for l in m.links {
+        let state = match (&l.state.last_error, l.state.withdrawn, l.state.stale) {
+            (_, true, _) => ("withdrawn", "down"),
+            (_, false, true) => ("stale", "down"),
+            (Some(_), false, false) => ("failing", "down"),
+            (None, _, _) if l.state.last_success.is_none() => ("waiting", "down"),
+            (None, _, _) => ("up", "up"),
+        };
+        let last = l
+            .state
+            .last_success
+            .map(|t| format!("{} ago", uptime(m.now - t)))
+            .unwrap_or_else(|| "never".into());
+        let urls: Vec<String> = l.state.urls.iter().map(|u| scrub_credentials(u)).collect();
+        let _ = write!(
+            h,
+            "<tr><td><b>{}</b></td><td>{}</td><td><b class=\"{}\">{}</b></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&l.name),
+            esc(&urls.join(", ")),
+            state.1,
+            state.0,
+            esc(&last),
+            l.figures.instances,
+            l.figures.shown,
+            l.figures.hidden_by_local,
+            esc(l.state.last_error.as_deref().unwrap_or(""))
+        );
     }
     h.push_str("</table>");
 }
@@ -274,7 +322,18 @@ fn html(body: String) -> Response {
 }
 
 pub async fn page(State(api): State<Arc<Api>>) -> Response {
-    let (stats, apps, now) = api.state.with_registry(|r, now| (r.stats(now), r.full_view(), now));
+    let board = api.links.as_ref().map(|l| l.board.snapshot()).unwrap_or_default();
+    let (stats, apps, now, mut figures) = api
+        .state
+        .with_registry(|r, now| (r.stats(now), r.full_view(), now, r.link_figures()));
+    let links: Vec<LinkRow> = board
+        .into_iter()
+        .map(|(name, state)| LinkRow {
+            figures: figures.remove(&name).unwrap_or_default(),
+            name,
+            state,
+        })
+        .collect();
     let leader = api.leadership.as_ref().map(|l| l.borrow().holds());
     let replicas = api.peer_urls();
     html(render(&Model {
@@ -285,6 +344,7 @@ pub async fn page(State(api): State<Arc<Api>>) -> Response {
         environment: &api.environment,
         replicas: &replicas,
         leader,
+        links: &links,
     }))
 }
 
@@ -338,6 +398,7 @@ mod tests {
             environment: "<test>",
             replicas: &replicas,
             leader: None,
+            links: &[],
         });
         assert!(page.contains("&lt;test&gt;"));
         assert!(!page.contains("<test>"));
@@ -406,6 +467,7 @@ mod tests {
             environment: "test",
             replicas: &[],
             leader: None,
+            links: &[],
         });
         let hrefs: Vec<&str> = page
             .split("href=\"")

@@ -49,8 +49,21 @@ fn caller(caller: Option<Extension<Caller>>) -> Caller {
     caller.map(|Extension(c)| c).unwrap_or(Caller::Trusted)
 }
 
-/// `GET apps`: the full registry.
+/// `GET apps`: the full registry. One of our replicas (its start-up sync, the anti-entropy
+/// comparison) gets it without imports: every replica pulls its links itself, and an import
+/// copied as a replicated registration would hide the link's entry as if it were local.
 pub async fn apps(State(api): State<Arc<Api>>, headers: HeaderMap) -> Result<Response, ApiError> {
+    if headers.contains_key(peer::REPLICA_HEADER) {
+        let format = negotiate::reply_format(&headers)?;
+        allow_access(&api)?;
+        let mut view = api.state.with_registry(|r, _| r.export_view(&|_| true));
+        view.versions_delta = 1;
+        return Ok(negotiate::document(
+            StatusCode::OK,
+            codec::encode_apps(&view, format),
+            format,
+        ));
+    }
     fetch(&api, PayloadKey::Full, &headers, true).await
 }
 

@@ -283,6 +283,8 @@ pub struct Context {
     /// The pods waiting for their readiness gate, which the leader's reconciles hand the gate
     /// task ([`gates`]).
     gates: gates::Gates,
+    /// The applications EurekaApps mark `clusterLocal` (never exported over links).
+    cluster_local: crate::links::ClusterLocal,
 }
 
 /// What the controller works with.
@@ -299,6 +301,8 @@ pub struct ControllerWiring {
     /// The peers (the readiness gate asks every ready replica for the instance).
     pub peers: watch::Receiver<Vec<Peer>>,
     pub peer_client: PeerClient,
+    /// Told which applications EurekaApps mark `clusterLocal`.
+    pub cluster_local: crate::links::ClusterLocal,
 }
 
 /// Builds the controllers and runs them, the pod and node watches, the sweep and the gate task,
@@ -314,6 +318,7 @@ pub async fn run(settings: ControllerConfig, parts: ControllerWiring, shutdown: 
         complete,
         peers,
         peer_client,
+        cluster_local,
     } = parts;
     let scopes = Scope::of(&settings.namespaces);
     let settings_gates = settings.gates;
@@ -352,6 +357,7 @@ pub async fn run(settings: ControllerConfig, parts: ControllerWiring, shutdown: 
         claimed: Mutex::default(),
         peers,
         peer_client,
+        cluster_local,
         gates: gates::Gates::new(settings_gates),
         // Whole seconds, as the pods' Ready times are.
         watching_since: state.now() / 1000 * 1000,

@@ -165,6 +165,11 @@ pub struct EurekaAppSpec {
     #[serde(default)]
     pub suspend: bool,
 
+    /// Keep this app's instances in this cluster: never export them over links to other
+    /// clusters' operators (see `--remote-clusters-file` on their side).
+    #[serde(default)]
+    pub cluster_local: bool,
+
     /// Make rollouts wait for Eureka: pods that list the condition in their
     /// `spec.readinessGates` become Ready only once the leader has seen their instance UP in the
     /// registry of every ready replica (and `delaySeconds` more have passed).

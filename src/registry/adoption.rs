@@ -447,7 +447,9 @@ impl Registry {
             .app(&key.app)
             .into_iter()
             .flat_map(|a| a.iter())
-            .filter(|(_, e)| !e.holding.is_pod() && e.info.ip_addr == key.ip && e.info.port.port == key.port)
+            .filter(|(_, e)| {
+                e.holding.is_client_registration() && e.info.ip_addr == key.ip && e.info.port.port == key.port
+            })
             .map(|(id, e)| (id.to_string(), e.info.last_dirty_timestamp, e.lease.registration_ts))
             .collect();
         // Newest first: the one a live claim keeps.
@@ -494,7 +496,7 @@ impl Registry {
                 self.preservation.client_cancelled();
                 true
             }
-            Origin::Pod => return,
+            Origin::Pod | Origin::Imported => return,
         };
         changed |= self.refresh_adopted(app, id, now);
         if changed && let Some(view) = self.store.view_of(app, id) {

@@ -246,7 +246,8 @@ impl Registry {
         if replaced.is_some() {
             return Ok(());
         }
-        if self.store.counts().total() >= limits.max_instances as u64 {
+        let held = self.store.counts().total() - self.store.imported_counts().total();
+        if held >= limits.max_instances as u64 {
             return Err(LimitExceeded::Instances {
                 limit: limits.max_instances,
             });

@@ -246,8 +246,7 @@ impl Registry {
             startup_time: self.preservation.startup_time,
             instances: self.store.counts().total(),
             expired: self.store.expired(now, 0).count() as u64,
-            by_origin: [Origin::Native, Origin::Replicated, Origin::Pod, Origin::Adopted]
-                .map(|k| (k, self.store.held(k))),
+            by_origin: Origin::ALL.map(|k| (k, self.store.held(k))),
             by_status: *self.store.counts(),
             applications: self.store.application_count(),
             version: self.store.version(),

@@ -56,6 +56,10 @@ pub(super) enum Holding {
     },
     /// A native or replicated registration adopted for a pod.
     Adopted(Adoption),
+    /// Imported over the named link.
+    Imported {
+        link: Arc<str>,
+    },
 }
 
 impl Holding {
@@ -65,7 +69,14 @@ impl Holding {
             Holding::Replicated => Origin::Replicated,
             Holding::Pod { .. } => Origin::Pod,
             Holding::Adopted(_) => Origin::Adopted,
+            Holding::Imported { .. } => Origin::Imported,
         }
+    }
+
+    /// A registration by a client of this cluster (native, replicated or adopted): what
+    /// adoption may take.
+    pub(super) fn is_client_registration(&self) -> bool {
+        matches!(self, Holding::Native | Holding::Replicated | Holding::Adopted(_))
     }
 
     pub(super) fn is_pod(&self) -> bool {
@@ -77,7 +88,7 @@ impl Holding {
         match self {
             Holding::Pod { owner, .. } => Some(owner),
             Holding::Adopted(a) => Some(&a.owner),
-            Holding::Native | Holding::Replicated => None,
+            Holding::Native | Holding::Replicated | Holding::Imported { .. } => None,
         }
     }
 
@@ -114,8 +125,10 @@ pub(super) struct Store {
     /// Instances per status, for the hash code.
     counts: StatusCounts,
     /// Instances per origin (indexed by [`slot`]).
-    by_origin: [u64; 4],
-    /// Bytes of text of every stored instance (what `limits.max_registry_bytes` caps).
+    by_origin: [u64; 5],
+    /// Imported instances per status (what the export view leaves out of the hash code).
+    imported: StatusCounts,
+    /// Bytes of text of every stored instance but imports (what `limits.max_registry_bytes` caps).
     text_bytes: usize,
     /// The instances each EurekaApp holds (pod and adopted).
     owners: Owners,
@@ -136,12 +149,22 @@ fn slot(origin: Origin) -> usize {
         Origin::Replicated => 1,
         Origin::Pod => 2,
         Origin::Adopted => 3,
+        Origin::Imported => 4,
     }
 }
 
 /// When an entry's lease expires in `mode`, if it is one that does.
 fn deadline(lease: &Lease, holding: &Holding, mode: ExpiryMode) -> Option<i64> {
     holding.expires().then(|| lease.last_update(mode) + lease.duration_ms)
+}
+
+/// The bytes of text an entry counts toward the registry's cap: imports have their links' caps
+/// and never take room from this cluster's own clients.
+fn counted_bytes(e: &Entry) -> usize {
+    match e.holding {
+        Holding::Imported { .. } => 0,
+        _ => e.info.text_bytes(),
+    }
 }
 
 /// The key `map` already holds for `name`, shared, or a new one.
@@ -158,7 +181,8 @@ impl Store {
             apps: HashMap::new(),
             mode,
             counts: StatusCounts::default(),
-            by_origin: [0; 4],
+            by_origin: [0; 5],
+            imported: StatusCounts::default(),
             text_bytes: 0,
             owners: Owners::default(),
             expiring: BTreeSet::new(),
@@ -193,6 +217,11 @@ impl Store {
 
     pub(super) fn counts(&self) -> &StatusCounts {
         &self.counts
+    }
+
+    /// Imported instances per status.
+    pub(super) fn imported_counts(&self) -> &StatusCounts {
+        &self.imported
     }
 
     /// Instances of one origin.
@@ -271,8 +300,11 @@ impl Store {
     /// Takes an entry out of the indices (not out of the map).
     fn unindex(&mut self, app: &Arc<str>, id: &Arc<str>, e: &Entry) {
         self.counts.remove(e.info.status);
+        if e.holding.kind() == Origin::Imported {
+            self.imported.remove(e.info.status);
+        }
         self.by_origin[slot(e.holding.kind())] = self.by_origin[slot(e.holding.kind())].saturating_sub(1);
-        self.text_bytes -= e.info.text_bytes();
+        self.text_bytes -= counted_bytes(e);
         if let Some(d) = self.deadline(e) {
             self.expiring.remove(&(d, app.clone(), id.clone()));
         }
@@ -281,8 +313,11 @@ impl Store {
     /// Puts an entry into the indices.
     fn index(&mut self, app: &Arc<str>, id: &Arc<str>, e: &Entry) {
         self.counts.add(e.info.status);
+        if e.holding.kind() == Origin::Imported {
+            self.imported.add(e.info.status);
+        }
         self.by_origin[slot(e.holding.kind())] += 1;
-        self.text_bytes += e.info.text_bytes();
+        self.text_bytes += counted_bytes(e);
         if let Some(d) = self.deadline(e) {
             self.expiring.insert((d, app.clone(), id.clone()));
         }
@@ -410,7 +445,8 @@ impl Store {
     #[cfg(test)]
     pub(super) fn assert_indices(&self) {
         let mut owners: Vec<(String, String, String, String)> = Vec::new();
-        let (mut counts, mut by_origin, mut text_bytes) = (StatusCounts::default(), [0u64; 4], 0usize);
+        let (mut counts, mut by_origin, mut text_bytes) = (StatusCounts::default(), [0u64; 5], 0usize);
+        let mut imported = StatusCounts::default();
         let mut expiring = BTreeSet::new();
         for (app, entries) in &self.apps {
             assert!(!entries.is_empty(), "application {app} is kept empty");
@@ -424,8 +460,11 @@ impl Store {
                     ));
                 }
                 counts.add(e.info.status);
+                if e.holding.kind() == Origin::Imported {
+                    imported.add(e.info.status);
+                }
                 by_origin[slot(e.holding.kind())] += 1;
-                text_bytes += e.info.text_bytes();
+                text_bytes += counted_bytes(e);
                 if let Some(d) = self.deadline(e) {
                     expiring.insert((d, app.clone(), id.clone()));
                 }
@@ -435,6 +474,7 @@ impl Store {
         assert_eq!(self.owners.all(), owners, "the owner index is out of step");
         assert_eq!(self.counts, counts, "the counts by status are out of step");
         assert_eq!(self.by_origin, by_origin, "the counts by origin are out of step");
+        assert_eq!(self.imported, imported, "the imported counts are out of step");
         assert_eq!(self.text_bytes, text_bytes, "the bytes of text are out of step");
         assert_eq!(self.expiring, expiring, "the expiry order is out of step");
     }

@@ -35,6 +35,19 @@ pub enum Origin {
     /// Registered by a pod's own client (natively or through a peer) and adopted by its
     /// EurekaApp: the pod's lifetime and readiness decide about it.
     Adopted,
+    /// Imported over a link from another cluster's registry ([`super::imports`]).
+    Imported,
+}
+
+impl Origin {
+    /// Every origin, in the order of [`super::Stats::by_origin`].
+    pub const ALL: [Origin; 5] = [
+        Origin::Native,
+        Origin::Replicated,
+        Origin::Pod,
+        Origin::Adopted,
+        Origin::Imported,
+    ];
 }
 
 impl Origin {
@@ -44,6 +57,7 @@ impl Origin {
             Origin::Replicated => "replicated",
             Origin::Pod => "pod",
             Origin::Adopted => "adopted",
+            Origin::Imported => "imported",
         }
     }
 }
@@ -109,6 +123,15 @@ impl StatusCounts {
 
     pub fn get(&self, status: Status) -> u64 {
         self.0[status.name_rank()]
+    }
+
+    /// These counts less `other`'s (never below zero).
+    pub fn less(&self, other: &StatusCounts) -> StatusCounts {
+        let mut out = *self;
+        for (slot, n) in out.0.iter_mut().zip(other.0) {
+            *slot = slot.saturating_sub(n);
+        }
+        out
     }
 
     pub fn total(&self) -> u64 {

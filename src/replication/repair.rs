@@ -238,7 +238,7 @@ impl Replicator {
             .apps
             .iter()
             .flat_map(|a| a.instances.iter())
-            .filter(|i| i.origin != Origin::Pod)
+            .filter(|i| i.origin != Origin::Pod && i.origin != Origin::Imported)
             .map(|i| ((i.info.app.clone(), i.id().to_string()), i))
             .collect();
         let theirs = self.their_renewals(&fetched, now);

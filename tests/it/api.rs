@@ -54,6 +54,7 @@ fn app_full(
         peers,
         leadership: None,
         identity: Arc::new(api::identity("test-1", "127.0.0.1", 8761, clock.now_ms())),
+        links: None,
     };
     (api::router(api, access), state)
 }

@@ -1208,3 +1208,102 @@ fn every_variable_the_chart_sets_is_a_flag_of_the_operator() {
         );
     }
 }
+
+#[test]
+fn remote_clusters_render_a_links_file_the_operator_accepts_with_the_secrets_mounted_where_it_says() {
+    let Some(helm) = helm("chart remote clusters test") else {
+        return;
+    };
+    let links = r#"[{"name":"us-east-1","urls":["https://eureka.us-east-1.example/eureka/"],"credentialsSecret":"link-east","caSecret":"link-east-ca","visibility":"Fallback","pollIntervalMs":500,"apps":{"exclude":["internal"]}},{"name":"eu-west-1","urls":["http://10.0.0.1:8761/eureka/"]}]"#;
+    let objects = render(
+        &helm,
+        &[
+            "--set-json",
+            &format!("remoteClusters={links}"),
+            "--set",
+            "eureka.clusterLocalApps={billing,audit}",
+        ],
+    );
+    let env = env(&objects);
+    let file = env["EUREKA_REMOTE_CLUSTERS_FILE"]["value"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(env["EUREKA_CLUSTER_LOCAL_APPS"]["value"], "billing,audit");
+    assert_eq!(env["EUREKA_REMOTE_INITIAL_SYNC_TIMEOUT_MS"]["value"], "10000");
+    let config = named(&objects, "ConfigMap", "eo-eureka-operator-remote-clusters");
+    let text = config["data"]["remote-clusters.yaml"].as_str().unwrap();
+    // The operator's own parser accepts what the chart renders.
+    let parsed = eureka_operator::links::spec::parse(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(parsed.len(), 2);
+    let east = &parsed[0];
+    assert_eq!(east.name, "us-east-1");
+    assert_eq!(east.poll_interval_ms, 500);
+    assert_eq!(east.apps.exclude, vec!["INTERNAL".to_string()]);
+    assert!(parsed[1].username_file.is_none() && parsed[1].ca_file.is_none());
+
+    // Every path the file names is where a volume is mounted, from the Secret it names.
+    let pod = &deployment(&objects)["spec"]["template"]["spec"];
+    let mounts: Vec<(String, String)> = pod["containers"][0]["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["name"].as_str().unwrap().to_string(),
+                m["mountPath"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let volume = |name: &str| {
+        pod["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == name)
+            .unwrap_or_else(|| panic!("no volume {name}"))
+            .clone()
+    };
+    let mounted = |path: &std::path::Path| {
+        let (name, dir) = mounts
+            .iter()
+            .find(|(_, dir)| path.starts_with(dir))
+            .unwrap_or_else(|| panic!("{} is not under a mount: {mounts:?}", path.display()));
+        let key = path.strip_prefix(dir).unwrap().display().to_string();
+        (volume(name), key)
+    };
+    let (v, key) = mounted(std::path::Path::new(&file));
+    assert_eq!(v["configMap"]["name"], "eo-eureka-operator-remote-clusters");
+    assert_eq!(key, "remote-clusters.yaml");
+    for (path, secret, key) in [
+        (east.username_file.clone().unwrap(), "link-east", "username"),
+        (east.password_file.clone().unwrap(), "link-east", "password"),
+        (east.ca_file.clone().unwrap(), "link-east-ca", "ca.crt"),
+    ] {
+        let (v, in_volume) = mounted(&path);
+        assert_eq!(v["secret"]["secretName"], secret, "{}", path.display());
+        assert_eq!(in_volume, key);
+        assert!(
+            v["secret"]["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|i| i["key"] == key && i["path"] == key),
+            "{v}"
+        );
+    }
+    // Nothing of it without links.
+    let plain = render(&helm, &[]);
+    assert!(
+        of_kind(&plain, "ConfigMap")
+            .iter()
+            .all(|c| !c["metadata"]["name"].as_str().unwrap().ends_with("remote-clusters"))
+    );
+    assert!(!self::env(&plain).contains_key("EUREKA_REMOTE_CLUSTERS_FILE"));
+    // A link the schema refuses.
+    let bad = try_render(
+        &helm,
+        &["--set-json", r#"remoteClusters=[{"name":"East","urls":["x"]}]"#],
+    );
+    assert!(bad.is_err(), "a bad link renders");
+}

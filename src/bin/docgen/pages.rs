@@ -240,6 +240,15 @@ pub fn flags(cmd: &clap::Command) -> String {
 /// value, and its `Debug` form does not say what it holds. A new family fails the unit tests
 /// (`unknown` kind) until it is listed here.
 const FAMILY_KINDS: &[(&str, &str)] = &[
+    ("eureka_link_failures", "counter"),
+    ("eureka_link_hash_mismatches", "counter"),
+    ("eureka_link_hidden_instances", "gauge"),
+    ("eureka_link_instances", "gauge"),
+    ("eureka_link_last_success_age_seconds", "gauge"),
+    ("eureka_link_polls", "counter"),
+    ("eureka_link_puller_restarts", "counter"),
+    ("eureka_link_up", "gauge"),
+    ("eureka_link_withdrawn", "gauge"),
     ("eureka_http_handshake_timeouts", "counter"),
     ("eureka_http_open_connections", "gauge"),
     ("eureka_http_request_duration_seconds", "histogram"),

@@ -46,6 +46,14 @@ impl Context {
             .state
             .with_registry(|r, _| r.pod_instances_of(&key.namespace, &key.name));
         let deleting = app.metadata.deletion_timestamp.is_some();
+        let local = (app.spec.cluster_local && !deleting).then(|| {
+            crate::k8s::plan::app_name(&Target {
+                namespace: &key.namespace,
+                name: &key.name,
+                spec: &app.spec,
+            })
+        });
+        self.cluster_local.set(&key.to_string(), local);
         if deleting || app.spec.suspend {
             return self.deregister_all(key, app, &current, now);
         }
@@ -259,6 +267,9 @@ impl Context {
     /// catches a deletion this replica's watch missed).
     pub(super) fn forget(&self, app: &EurekaApp) {
         let Some(key) = AppKey::of(app) else { return };
+        if !self.stores.contains(&key) {
+            self.cluster_local.set(&key.to_string(), None);
+        }
         if !self.index.read().synced() || self.stores.contains(&key) {
             // Nothing was registered yet; or it exists again and its reconcile decides.
             return;

@@ -280,6 +280,15 @@ impl Cluster {
         );
     }
 
+    /// Stops kube-apiserver with SIGSTOP (an apiserver that is down as far as its clients tell).
+    pub fn freeze_apiserver(&self) {
+        self.apiserver.freeze();
+    }
+
+    pub fn resume_apiserver(&self) {
+        self.apiserver.resume();
+    }
+
     /// The pids of kube-controller-manager, kube-scheduler and kwok (empty for a bare cluster).
     pub fn controller_pids(&self) -> Vec<(String, i32)> {
         self.controllers

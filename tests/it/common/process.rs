@@ -207,6 +207,28 @@ where
     }
 }
 
+/// Polls `get` every 50 ms until it returns `expected`, or panics after `timeout` with `what`
+/// and the last value seen.
+pub async fn wait_equal<T, F, Fut>(what: &str, timeout: Duration, expected: &T, mut get: F)
+where
+    T: PartialEq + std::fmt::Debug,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let now = get().await;
+        if now == *expected {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}: got {now:?}, expected {expected:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// A fresh scratch directory that is removed on drop; named after the test process so stale ones
 /// from killed runs can be recognised.
 pub fn scratch_dir(prefix: &str) -> tempfile::TempDir {
