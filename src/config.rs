@@ -313,6 +313,11 @@ pub struct AuthArgs {
     /// A file holding the peer `username:password` (e.g. a mounted Secret); read at start.
     #[arg(long, env = "EUREKA_PEER_AUTH_FILE")]
     pub peer_auth_file: Option<PathBuf>,
+
+    /// A file of `username:password` lines that other clusters' links may read `link/apps` with,
+    /// and nothing else (needs basic auth on); re-read when it changes, so a rotation lists both.
+    #[arg(long, env = "EUREKA_LINK_AUTH_FILE")]
+    pub link_auth_file: Option<PathBuf>,
 }
 
 /// Peer replication: other replicas of this operator and Java Eureka servers.
@@ -533,6 +538,7 @@ impl AuthArgs {
                 self.peer_auth_password.as_deref(),
                 self.peer_auth_file.as_deref(),
             ),
+            self.link_auth_file.as_deref(),
         )
     }
 }

@@ -210,15 +210,19 @@ impl Manager {
                 .map(|(name, r)| (name.clone(), r.synced.clone()))
                 .collect(),
         );
-        let mut tick = tokio::time::interval(self.config.reload_interval.min(Duration::from_millis(100)));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_reload = Instant::now();
         let stop = shutdown.wait();
         tokio::pin!(stop);
         loop {
+            // Every 100 ms while the first answers are awaited, then at the reload interval.
+            let pause = if initial.is_some() {
+                self.config.reload_interval.min(Duration::from_millis(100))
+            } else {
+                self.config.reload_interval
+            };
             tokio::select! {
                 _ = &mut stop => break,
-                _ = tick.tick() => {}
+                _ = tokio::time::sleep(pause) => {}
             }
             if let Some(waiting) = &initial {
                 let pending: Vec<&str> = waiting

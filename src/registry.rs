@@ -527,24 +527,45 @@ impl Registry {
 
     /// Applies one write.
     pub fn apply(&mut self, command: Command, now: i64) -> Outcome {
-        let target = command.target().map(|(app, id)| (app.to_string(), id.to_string()));
-        let imported = target
-            .as_ref()
-            .and_then(|(app, id)| self.imported_through(app, id).map(|link| (app, id, link)));
+        let outcome = if self.imports.is_empty() {
+            self.write(command, now)
+        } else {
+            self.write_beside_imports(command, now)
+        };
+        #[cfg(test)]
+        self.store.assert_indices();
+        outcome
+    }
+
+    /// [`Registry::apply`] when links hold imports: a write on an id an import shows follows the
+    /// import rules ([`Registry::on_import`]), and a visible change to an application links also
+    /// hold settles what shows of it.
+    fn write_beside_imports(&mut self, command: Command, now: i64) -> Outcome {
+        let (mut settle, mut imported) = (None, None);
+        if let Some((app, id)) = command.target() {
+            if self.imports.holds_app(app) {
+                settle = Some(app.to_string());
+            }
+            imported = self
+                .imported_through(app, id)
+                .map(|link| (app.to_string(), id.to_string(), link));
+        }
+        // Taken before a registration lifts the import, so a refused one shows it again.
+        let before = self.store.version();
         if let Some((app, id, link)) = imported
-            && let Some(reply) = self.on_import(&command, app, id, &link, now)
+            && let Some(reply) = self.on_import(&command, &app, &id, &link, now)
         {
             return Outcome::reply(reply);
         }
         let claims = matches!(command, Command::Claim { .. } | Command::Unclaim { .. });
         let outcome = self.write(command, now);
-        match target {
-            Some((app, _)) if self.imports.holds_app(&app) => self.settle_imports(&app, now),
-            None if claims => self.settle_all_imports(now),
-            _ => {}
+        if self.store.version() != before {
+            match settle {
+                Some(app) => self.settle_imports(&app, now),
+                None if claims => self.settle_all_imports(now),
+                None => {}
+            }
         }
-        #[cfg(test)]
-        self.store.assert_indices();
         outcome
     }
 

@@ -12,8 +12,19 @@
 //! client credentials are also the peer credentials (one shared secret: every client can replicate).
 //! With auth off, anyone can do anything (as an unsecured Java Eureka server): keep the port on a
 //! trusted network (the chart's NetworkPolicy).
+//!
+//! Other clusters' links may read with **link** credentials (`--link-auth-file`, one
+//! `username:password` per line, re-read when it changes, so a rotation adds the new pair, rolls
+//! the other side's Secret, then removes the old one): they may only `GET link/apps`, and never
+//! need this cluster's client or peer credentials.
 
-use std::path::Path;
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use parking_lot::Mutex;
 
 use axum::{
     extract::{Request, State},
@@ -34,6 +45,8 @@ pub enum Caller {
     Client,
     /// The peer credentials: may replicate.
     Peer,
+    /// Link credentials: may only read `link/apps`.
+    Link,
 }
 
 impl Caller {
@@ -43,11 +56,13 @@ impl Caller {
     }
 }
 
-/// The credentials of clients and of peers (the same unless `--peer-auth-*` is set).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The credentials of clients and of peers (the same unless `--peer-auth-*` is set), and of
+/// other clusters' links.
+#[derive(Clone, Debug)]
 pub struct Access {
     pub client: Credentials,
     pub peer: Credentials,
+    pub links: Option<LinkCredentials>,
 }
 
 impl Access {
@@ -57,10 +72,70 @@ impl Access {
             Some(Caller::Peer)
         } else if self.client.admits(authorization) {
             Some(Caller::Client)
+        } else if self.links.as_ref().is_some_and(|l| l.admits(authorization)) {
+            Some(Caller::Link)
         } else {
             None
         }
     }
+}
+
+/// How often the link credentials file is read again (at most, when a request needs it).
+const LINK_FILE_RECHECK: Duration = Duration::from_secs(2);
+
+/// The link credentials, from a file of `username:password` lines read again when a request
+/// needs it and the last read is older than [`LINK_FILE_RECHECK`]. A file that cannot be read
+/// or parsed keeps the last good pairs (and says so in the log).
+#[derive(Clone, Debug)]
+pub struct LinkCredentials {
+    path: PathBuf,
+    state: Arc<Mutex<(Instant, Vec<Credentials>)>>,
+}
+
+impl LinkCredentials {
+    /// Reads the file once; a file that cannot be used at start is an error.
+    pub fn load(path: &Path) -> Result<LinkCredentials, Error> {
+        let pairs = read_pairs(path)?;
+        Ok(LinkCredentials {
+            path: path.to_path_buf(),
+            state: Arc::new(Mutex::new((Instant::now(), pairs))),
+        })
+    }
+
+    fn admits(&self, authorization: Option<&str>) -> bool {
+        let mut state = self.state.lock();
+        if state.0.elapsed() >= LINK_FILE_RECHECK {
+            state.0 = Instant::now();
+            match read_pairs(&self.path) {
+                Ok(pairs) => state.1 = pairs,
+                Err(e) => tracing::warn!(error = %e, "keeping the link credentials read before"),
+            }
+        }
+        state.1.iter().any(|c| c.admits(authorization))
+    }
+}
+
+/// Every `username:password` line of a file (blank lines and `#` comments skipped); at least one.
+fn read_pairs(path: &Path) -> Result<Vec<Credentials>, Error> {
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
+    let mut pairs = Vec::new();
+    for line in text
+        .lines()
+        .map(str::trim_end)
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+    {
+        match line.split_once(':') {
+            Some((u, p)) if !u.is_empty() && !p.is_empty() => pairs.push(Credentials::new(u, p)),
+            _ => return Err(Error::Format(path.display().to_string())),
+        }
+    }
+    if pairs.is_empty() {
+        return Err(Error::Format(path.display().to_string()));
+    }
+    Ok(pairs)
 }
 
 /// A username and password.
@@ -83,8 +158,10 @@ impl std::fmt::Debug for Credentials {
 pub enum Error {
     #[error("failed to read the basic auth file {path}: {source}")]
     Read { path: String, source: std::io::Error },
-    #[error("failed to use the basic auth file {0}: expected one line `username:password`")]
+    #[error("failed to use the credentials file {0}: expected lines `username:password`")]
     Format(String),
+    #[error("failed to configure link auth: --link-auth-file needs --basic-auth-* (without auth anyone may read)")]
+    LinkWithoutClient,
     #[error("failed to configure basic auth: a username needs a password and a password a username")]
     Incomplete,
     #[error(
@@ -161,19 +238,23 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     diff == 0
 }
 
-/// Client and peer credentials from their flags (or files); `None` when auth is off.
+/// Client, peer and link credentials from their flags (or files); `None` when auth is off.
 pub fn configure(
     client: (Option<&str>, Option<&str>, Option<&Path>),
     peer: (Option<&str>, Option<&str>, Option<&Path>),
+    links: Option<&Path>,
 ) -> Result<Option<Access>, Error> {
     let client = Credentials::configure(client.0, client.1, client.2)?;
     let peer = Credentials::configure(peer.0, peer.1, peer.2)?;
+    let links = links.map(LinkCredentials::load).transpose()?;
     match (client, peer) {
+        (None, None) if links.is_some() => Err(Error::LinkWithoutClient),
         (None, None) => Ok(None),
         (None, Some(_)) => Err(Error::PeerWithoutClient),
         (Some(client), peer) => Ok(Some(Access {
             peer: peer.unwrap_or_else(|| client.clone()),
             client,
+            links,
         })),
     }
 }
@@ -186,12 +267,18 @@ pub async fn require(State(access): State<Access>, mut request: Request, next: N
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
     match access.caller(header) {
+        Some(Caller::Link) if !reads_link_apps(&request) => ApiError::Forbidden.into_response(),
         Some(caller) => {
             request.extensions_mut().insert(caller);
             next.run(request).await
         }
         None => ApiError::Unauthorized.into_response(),
     }
+}
+
+/// `GET .../link/apps`: all link credentials may do.
+fn reads_link_apps(request: &Request) -> bool {
+    request.method() == axum::http::Method::GET && request.uri().path().trim_end_matches('/').ends_with("/link/apps")
 }
 
 #[cfg(test)]
@@ -226,7 +313,7 @@ mod tests {
                 base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"))
             )
         };
-        let access = configure((Some("app"), Some("a"), None), (Some("peer"), Some("p"), None))
+        let access = configure((Some("app"), Some("a"), None), (Some("peer"), Some("p"), None), None)
             .unwrap()
             .unwrap();
         assert_eq!(access.caller(Some(&basic("peer", "p"))), Some(Caller::Peer));
@@ -235,12 +322,16 @@ mod tests {
         assert!(!Caller::Client.may_replicate());
         assert!(Caller::Peer.may_replicate() && Caller::Trusted.may_replicate());
         // One shared secret when no peer credentials are set.
-        let shared = configure((Some("app"), Some("a"), None), (None, None, None))
+        let shared = configure((Some("app"), Some("a"), None), (None, None, None), None)
             .unwrap()
             .unwrap();
         assert_eq!(shared.caller(Some(&basic("app", "a"))), Some(Caller::Peer));
-        assert!(configure((None, None, None), (Some("p"), Some("p"), None)).is_err());
-        assert!(configure((None, None, None), (None, None, None)).unwrap().is_none());
+        assert!(configure((None, None, None), (Some("p"), Some("p"), None), None).is_err());
+        assert!(
+            configure((None, None, None), (None, None, None), None)
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[test]
@@ -256,5 +347,34 @@ mod tests {
         );
         std::fs::write(&f, "nocolon").unwrap();
         assert!(Credentials::configure(None, None, Some(&f)).is_err());
+    }
+
+    #[test]
+    fn link_credentials_read_only_and_follow_their_file() {
+        let basic = |u: &str, p: &str| {
+            format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"))
+            )
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("links");
+        std::fs::write(&f, "# rotating\nreader:old\nreader:new\n").unwrap();
+        let access = configure((Some("app"), Some("a"), None), (None, None, None), Some(&f))
+            .unwrap()
+            .unwrap();
+        assert_eq!(access.caller(Some(&basic("reader", "old"))), Some(Caller::Link));
+        assert_eq!(access.caller(Some(&basic("reader", "new"))), Some(Caller::Link));
+        assert!(!Caller::Link.may_replicate());
+        // The old pair removed: refused once the file is read again.
+        std::fs::write(&f, "reader:new\n").unwrap();
+        access.links.as_ref().unwrap().state.lock().0 -= LINK_FILE_RECHECK;
+        assert_eq!(access.caller(Some(&basic("reader", "old"))), None);
+        assert_eq!(access.caller(Some(&basic("reader", "new"))), Some(Caller::Link));
+        // A broken file keeps what was read before.
+        std::fs::write(&f, "nocolon\n").unwrap();
+        access.links.as_ref().unwrap().state.lock().0 -= LINK_FILE_RECHECK;
+        assert_eq!(access.caller(Some(&basic("reader", "new"))), Some(Caller::Link));
+        assert!(configure((None, None, None), (None, None, None), Some(&f)).is_err());
     }
 }

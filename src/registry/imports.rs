@@ -160,6 +160,11 @@ pub(super) struct Imports {
 }
 
 impl Imports {
+    /// Whether no link is known (the registry then skips every import check).
+    pub(super) fn is_empty(&self) -> bool {
+        self.links.is_empty()
+    }
+
     /// Whether any link holds instances of `app`.
     pub(super) fn holds_app(&self, app: &str) -> bool {
         self.links.values().any(|l| l.apps.contains_key(app))

@@ -706,7 +706,7 @@ async fn peer_batch_dispatches_each_action() {
 
 #[tokio::test]
 async fn basic_auth_guards_the_api_and_the_dashboard() {
-    let access = auth::configure((Some("eureka"), Some("pw"), None), (None, None, None)).unwrap();
+    let access = auth::configure((Some("eureka"), Some("pw"), None), (None, None, None), None).unwrap();
     let (app, _) = app_with(false, access);
     for uri in ["/eureka/apps", "/", "/lastn"] {
         let r = call(&app, req("GET", uri).body(Body::empty()).unwrap()).await;
@@ -760,7 +760,7 @@ fn basic(user: &str, password: &str) -> String {
 
 #[tokio::test]
 async fn only_the_peer_credentials_may_replicate() {
-    let access = auth::configure((Some("app"), Some("a"), None), (Some("peer"), Some("p"), None)).unwrap();
+    let access = auth::configure((Some("app"), Some("a"), None), (Some("peer"), Some("p"), None), None).unwrap();
     let (app, state) = app_with(false, access);
     let (client, peer) = (basic("app", "a"), basic("peer", "p"));
     let register = |token: &str, marker: Option<(&'static str, &'static str)>, id: &str| {

@@ -633,3 +633,115 @@ async fn a_replica_starts_ready_without_an_unreachable_source_and_survives_a_wro
     assert_eq!(shown(&again[0]).await, set([("ORDERS", "o-1")]));
     drop(first);
 }
+
+/// The status of `GET {base}{path}` with basic credentials.
+async fn status_as(base: &str, path: &str, user: &str, password: &str) -> u16 {
+    http()
+        .get(format!("{base}{path}"))
+        .basic_auth(user, Some(password))
+        .send()
+        .await
+        .map(|r| r.status().as_u16())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn link_credentials_read_only_and_rotate_on_both_sides_without_the_copy_shrinking() {
+    let dir = scratch_dir("links");
+    let east = plan("east", 116, 1);
+    let west = plan("west", 117, 1);
+    let (east_creds, user_file, password_file) = (
+        dir.path().join("east-link-auth"),
+        dir.path().join("username"),
+        dir.path().join("password"),
+    );
+    write(&east_creds, "reader:old\n");
+    write(&user_file, "reader\n");
+    write(&password_file, "old\n");
+    let east_creds_arg = east_creds.display().to_string();
+    let e = start(
+        &east,
+        None,
+        &[
+            "--basic-auth-username",
+            "app",
+            "--basic-auth-password",
+            "a",
+            "--link-auth-file",
+            &east_creds_arg,
+        ],
+    )
+    .await;
+    let base = e[0].url();
+    for id in ["o-1", "o-2", "o-3"] {
+        assert_eq!(Native::new(&base, "ORDERS", id).auth("app", "a").register().await, 204);
+    }
+    // Link credentials read the export, and nothing else.
+    assert_eq!(status_as(&base, "link/apps", "reader", "old").await, 200);
+    assert_eq!(status_as(&base, "apps/", "reader", "old").await, 403);
+    assert_eq!(
+        Native::new(&base, "ORDERS", "x-1")
+            .auth("reader", "old")
+            .register()
+            .await,
+        403
+    );
+    let file = dir.path().join("west.yaml");
+    write(
+        &file,
+        &link(
+            "east",
+            &east.urls,
+            &format!(
+                "pollIntervalMs: 200\nstaleAfterSeconds: 2\nwithdrawAfterSeconds: 4\nonWithdraw: Always\nusernameFile: {}\npasswordFile: {}",
+                user_file.display(),
+                password_file.display()
+            ),
+        ),
+    );
+    let w = start(&west, Some(&file), &[]).await;
+    let all = set([("ORDERS", "o-1"), ("ORDERS", "o-2"), ("ORDERS", "o-3")]);
+    wait_shown(&[&w[0]], &all, "east's instances through the link credentials").await;
+
+    // West's count, sampled all through the rotation.
+    let sampling = {
+        let url = w[0].url();
+        tokio::spawn(async move {
+            let mut min = usize::MAX;
+            for _ in 0..400 {
+                min = min.min(app_instances(&url, "ORDERS").await.len());
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+            min
+        })
+    };
+    // 1. East accepts the new pair beside the old one.
+    write(&east_creds, "reader:old\nreader:new\n");
+    wait_for(
+        "east to accept the new pair",
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || async { (status_as(&base, "link/apps", "reader", "new").await == 200).then_some(()) },
+    )
+    .await;
+    // 2. West's Secret turns to the new pair.
+    write(&password_file, "new\n");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    // 3. East drops the old pair.
+    write(&east_creds, "reader:new\n");
+    wait_for(
+        "east to refuse the old pair",
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || async { (status_as(&base, "link/apps", "reader", "old").await == 401).then_some(()) },
+    )
+    .await;
+    let min = sampling.await.unwrap();
+    assert_eq!(min, 3, "west's copy never shrank during the rotation");
+    assert_eq!(
+        metric(&w[0], r#"eureka_link_failures_total{link="east",class="unauthorized"}"#).await,
+        0.0,
+        "no poll was refused"
+    );
+    assert_eq!(shown(&w[0]).await, all);
+}

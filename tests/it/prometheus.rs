@@ -361,8 +361,12 @@ async fn a_real_prometheus_evaluates_every_rule_panel_and_documented_query() {
         Proxy::start(ips[0], (ips[1], ports[1].0).into()).await,
         Proxy::start(ips[1], (ips[0], ports[0].0).into()).await,
     ];
+    // Replica 0 has a link to a cluster that refuses every connection.
+    let dir = crate::common::process::scratch_dir("prometheus-links");
+    let links_file = dir.path().join("remote-clusters.yaml");
+    std::fs::write(&links_file, "- name: gone\n  urls: [http://127.0.0.61:1/eureka/]\n").unwrap();
     let flags = |i: usize| -> Vec<String> {
-        [
+        let mut f: Vec<String> = [
             "--peer-urls",
             &links[i].url(),
             "--renews-window-ms",
@@ -376,7 +380,16 @@ async fn a_real_prometheus_evaluates_every_rule_panel_and_documented_query() {
         ]
         .iter()
         .map(|s| s.to_string())
-        .collect()
+        .collect();
+        if i == 0 {
+            f.extend([
+                "--remote-clusters-file".to_string(),
+                links_file.display().to_string(),
+                "--remote-initial-sync-timeout-ms".to_string(),
+                "500".to_string(),
+            ]);
+        }
+        f
     };
     let mut replicas = Vec::new();
     for i in 0..2 {
@@ -468,6 +481,7 @@ async fn a_real_prometheus_evaluates_every_rule_panel_and_documented_query() {
             "EurekaPeerUnreachable",
             &[("instance", &targets[0]), ("kind", "replica")],
         ),
+        ("EurekaLinkDown", &[("instance", &targets[0]), ("link", "gone")]),
     ];
     let started = std::time::Instant::now();
     let missing = |firing: &[(String, Value)]| -> Vec<String> {
@@ -517,6 +531,7 @@ async fn a_real_prometheus_evaluates_every_rule_panel_and_documented_query() {
         "EurekaHTTPShedding",
         "EurekaAppConflict",
         "EurekaCertificateReloadFailing",
+        "EurekaLinkUnauthorized",
     ] {
         assert!(!names.contains(quiet), "{quiet} fires: {firing:?}");
     }

@@ -138,6 +138,7 @@ const OFF_ACTIVE: &[State] = &[state(0, "off", "green"), state(1, "active", "ora
 const STANDBY_LEADER: &[State] = &[state(0, "standby", "blue"), state(1, "leader", "green")];
 const READY: &[State] = &[state(0, "not ready", "red"), state(1, "ready", "green")];
 const FAILING: &[State] = &[state(0, "ok", "green"), state(1, "failing", "red")];
+const WITHDRAWN: &[State] = &[state(0, "shown", "green"), state(1, "withdrawn", "orange")];
 
 /// The HTTP latency histogram's `_bucket` series (endpoint, method, status).
 const HTTP: &str = "eureka_http_request_duration_seconds_bucket";
@@ -418,6 +419,84 @@ fn rows() -> Vec<Row> {
                     vec![q(
                         "sum by (instance, action) (increase(eureka_replication_repairs_total[5m]))",
                         "{{action}} · {{instance}}",
+                    )],
+                ),
+            ],
+        },
+        Row {
+            title: "Links",
+            panels: vec![
+                panel(
+                    Stat(UP_DOWN),
+                    "Link answers",
+                    "short",
+                    8,
+                    "Whether each replica's last poll over each link to another cluster succeeded. \
+                     Every replica pulls every link itself.",
+                    vec![q("min by (instance, link) (eureka_link_up)", "{{instance}} → {{link}}")],
+                ),
+                panel(
+                    Series,
+                    "Since the last answer",
+                    "s",
+                    8,
+                    "Seconds since each link last answered each replica: past the link's \
+                     staleAfterSeconds it is a /readyz warning, past withdrawAfterSeconds its \
+                     instances are withdrawn by its onWithdraw policy.",
+                    vec![q(
+                        "max by (instance, link) (eureka_link_last_success_age_seconds)",
+                        "{{instance}} → {{link}}",
+                    )],
+                ),
+                panel(
+                    Series,
+                    "Imported instances",
+                    "short",
+                    8,
+                    "Instances in each replica's copy of each link, and of those hidden because a \
+                     local instance has the same id.",
+                    vec![
+                        q("max by (link) (eureka_link_instances)", "{{link}} copy"),
+                        q(
+                            "max by (link) (eureka_link_hidden_instances)",
+                            "{{link}} hidden by local",
+                        ),
+                    ],
+                ),
+                panel(
+                    Series,
+                    "Failed polls",
+                    "ops",
+                    8,
+                    "Polls that failed per second, by link and class (unreachable, timeout, \
+                     unauthorized, loop, http, invalid, over_limit). The copy is kept meanwhile.",
+                    vec![q(
+                        "sum by (link, class) (rate(eureka_link_failures_total[5m]))",
+                        "{{link}}: {{class}}",
+                    )],
+                ),
+                panel(
+                    Stat(WITHDRAWN),
+                    "Withdrawn",
+                    "short",
+                    8,
+                    "Whether a link's instances are withdrawn on a replica after its silence.",
+                    vec![q(
+                        "max by (instance, link) (eureka_link_withdrawn)",
+                        "{{instance}} → {{link}}",
+                    )],
+                ),
+                panel(
+                    Series,
+                    "Polls",
+                    "ops",
+                    8,
+                    "Successful polls per second by kind: changes since the copy's version, or the \
+                     whole export (at start, after the source restarted, or after a hash-code \
+                     mismatch).",
+                    vec![q(
+                        "sum by (link, kind) (rate(eureka_link_polls_total[5m]))",
+                        "{{link}}: {{kind}}",
                     )],
                 ),
             ],
@@ -1050,6 +1129,13 @@ mod tests {
         "eureka_instances_by_status",
         "eureka_leader",
         "eureka_limit_refusals_total",
+        "eureka_link_failures_total",
+        "eureka_link_hidden_instances",
+        "eureka_link_instances",
+        "eureka_link_last_success_age_seconds",
+        "eureka_link_polls_total",
+        "eureka_link_up",
+        "eureka_link_withdrawn",
         "eureka_ready",
         "eureka_registrations_total",
         "eureka_renewals_per_minute",

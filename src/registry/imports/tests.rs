@@ -396,4 +396,15 @@ fn imports_do_not_take_the_local_caps() {
         Reply::Registered,
         "imports leave the local cap to local clients"
     );
+    // A registration of an import's id that the cap refuses leaves the import shown.
+    let out = r.apply(
+        Command::Register {
+            info: inst("ORDERS", "e-1", Status::Up),
+            writer: Writer::Client,
+        },
+        T0,
+    );
+    assert!(matches!(out.reply, Reply::OverLimit(_)), "{:?}", out.reply);
+    let origins: Vec<(String, Origin)> = shown(&r);
+    assert!(origins.contains(&("e-1".into(), Origin::Imported)), "{origins:?}");
 }
