@@ -137,7 +137,7 @@ async fn metric(server: &Server, sample: &str) -> f64 {
     server.metric(sample).await.unwrap_or(-1.0)
 }
 
-async fn readyz(server: &Server) -> String {
+pub(crate) async fn readyz(server: &Server) -> String {
     http()
         .get(format!("{}/readyz", server.admin()))
         .send()

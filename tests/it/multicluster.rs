@@ -8,7 +8,7 @@
 use std::{
     collections::BTreeSet,
     net::Ipv4Addr,
-    path::Path,
+    path::{Path, PathBuf},
     time::{Duration, Instant},
 };
 
@@ -24,8 +24,10 @@ use crate::{
         eureka::{JavaServer, Server, SpringClient, app_instances},
         operator::{Launch, Operator, eureka_app, namespace, prepare},
         process::{replica_addresses, scratch_dir, wait_equal, wait_for},
+        proxy::Proxy,
     },
     lifecycle::{apply, deployment, lifecycle_cluster, rolled_out},
+    links::readyz,
 };
 
 const NS: &str = "mc-links";
@@ -33,12 +35,13 @@ const NS: &str = "mc-links";
 /// Addresses planned for two replicas: IPs, (Eureka, admin) ports, Eureka URLs.
 type Planned = (Vec<Ipv4Addr>, Vec<(u16, u16)>, Vec<String>);
 
-/// One cluster's two replicas at their planned addresses, with the links in `links`.
+/// One cluster's two replicas at their planned addresses, replica `i` with the links in
+/// `links[i]`.
 async fn replicas(
     cluster: &Cluster,
     name: &str,
     (ips, ports, urls): &Planned,
-    links: &Path,
+    links: &[PathBuf],
     extra: &[&str],
 ) -> Vec<Operator> {
     let mut ops = Vec::new();
@@ -55,7 +58,7 @@ async fn replicas(
             "--replication-max-batching-delay-ms",
             "20",
             "--remote-clusters-file",
-            &links.display().to_string(),
+            &links[i].display().to_string(),
             "--remote-clusters-reload-interval-ms",
             "200",
             "--remote-initial-sync-timeout-ms",
@@ -70,9 +73,27 @@ async fn replicas(
     ops
 }
 
-fn links_file(path: &Path, name: &str, urls: &[String]) {
-    let text = format!("- name: {name}\n  urls: [{}]\n  pollIntervalMs: 500\n", urls.join(", "));
-    std::fs::write(path, text).unwrap();
+/// A TCP proxy to each of `to`'s replicas (its Eureka port) for each of the linking cluster's
+/// replicas, and a links file per linking replica naming its own proxies: every cross-cluster
+/// connection goes through a proxy a test can cut.
+async fn proxied_links(dir: &Path, name: &str, to: &Planned) -> (Vec<PathBuf>, Vec<Vec<Proxy>>) {
+    let (mut files, mut proxies) = (Vec::new(), Vec::new());
+    for i in 0..2 {
+        let mut mine = Vec::new();
+        for j in 0..2 {
+            mine.push(Proxy::start(Ipv4Addr::new(127, 0, 0, 128), (to.0[j], to.1[j].0).into()).await);
+        }
+        let urls: Vec<String> = mine.iter().map(Proxy::url).collect();
+        let file = dir.join(format!("links-to-{name}-{i}.yaml"));
+        let text = format!(
+            "- name: {name}\n  urls: [{}]\n  pollIntervalMs: 500\n  staleAfterSeconds: 2\n  withdrawAfterSeconds: 600\n",
+            urls.join(", ")
+        );
+        std::fs::write(&file, text).unwrap();
+        files.push(file);
+        proxies.push(mine);
+    }
+    (files, proxies)
 }
 
 fn statefulset(app: &str) -> String {
@@ -147,11 +168,11 @@ async fn two_kubernetes_clusters_link_both_ways_and_each_owns_only_its_own() {
     namespace(&west_client, NS).await;
     namespace(&east_client, NS).await;
     let dir = scratch_dir("multicluster");
-    let (west_file, east_file) = (dir.path().join("west.yaml"), dir.path().join("east.yaml"));
-    // Each side's URLs are known before either starts: plan them, then write both files.
+    // Each side's addresses are known before either starts: plan them, then put a proxy on
+    // every cross-cluster connection and write each replica's links file.
     let (west_plan, east_plan) = (replica_addresses(121, 2), replica_addresses(123, 2));
-    links_file(&west_file, "east", &east_plan.2);
-    links_file(&east_file, "west", &west_plan.2);
+    let (west_files, west_proxies) = proxied_links(dir.path(), "east", &east_plan).await;
+    let (east_files, _east_proxies) = proxied_links(dir.path(), "west", &west_plan).await;
     let Some(java) = JavaServer::start(Ipv4Addr::new(127, 0, 0, 125), &[]).await else {
         return;
     };
@@ -176,8 +197,8 @@ async fn two_kubernetes_clusters_link_both_ways_and_each_owns_only_its_own() {
         "1000",
     ];
     let (w, e) = tokio::join!(
-        replicas(west, "west", &west_plan, &west_file, &west_extra),
-        replicas(&east, "east", &east_plan, &east_file, &east_extra)
+        replicas(west, "west", &west_plan, &west_files, &west_extra),
+        replicas(&east, "east", &east_plan, &east_files, &east_extra)
     );
     let all: Vec<&Server> = w.iter().chain(e.iter()).map(|o| &o.server).collect();
 
@@ -370,6 +391,35 @@ async fn two_kubernetes_clusters_link_both_ways_and_each_owns_only_its_own() {
     let east_web: BTreeSet<String> = ["east-web-0".to_string()].into();
     wait_ids(&all, "WEB", &east_web, "only east's web-0").await;
     wait_ids(&all, "ORDERS", &east_now, "east's ORDERS untouched").await;
+
+    // A partition of one replica: west-0's connections to east are refused. Only west-0 warns
+    // (it keeps east's last copy; west-1 still polls); the heal clears the warning.
+    for p in &west_proxies[0] {
+        p.cut();
+    }
+    wait_for(
+        "west-0's stale warning",
+        Duration::from_secs(15),
+        Duration::from_millis(100),
+        || async { readyz(&w[0].server).await.contains("has not answered").then_some(()) },
+    )
+    .await;
+    assert!(
+        !readyz(&w[1].server).await.contains("link east"),
+        "west-1, not cut, does not warn"
+    );
+    wait_ids(&all, "ORDERS", &east_now, "east's ORDERS kept through the partition").await;
+    for p in &west_proxies[0] {
+        p.heal();
+    }
+    wait_for(
+        "west-0's warning to clear",
+        Duration::from_secs(15),
+        Duration::from_millis(100),
+        || async { (!readyz(&w[0].server).await.contains("link east")).then_some(()) },
+    )
+    .await;
+    println!("MULTICLUSTER a partition of west-0 alone: only it warned, and it kept east's instances");
 
     // East's apiserver down for 20 s: east keeps serving its last view, so west keeps east's
     // instances. The server that gets them the old way, as a Java peer of east, loses them once
