@@ -39,6 +39,8 @@ pub enum Error {
     OverLimit { url: String, count: u64, limit: u64 },
     #[error("failed to read the link's credentials: {0}")]
     Credentials(String),
+    #[error("failed to set up the link's HTTP client: {0}")]
+    Client(String),
 }
 
 impl Error {
@@ -49,7 +51,7 @@ impl Error {
             Error::Unauthorized { .. } | Error::Credentials(_) => "unauthorized",
             Error::Loop { .. } => "loop",
             Error::Http { .. } => "http",
-            Error::Invalid { .. } => "invalid",
+            Error::Invalid { .. } | Error::Client(_) => "invalid",
             Error::OverLimit { .. } => "over_limit",
         }
     }
@@ -58,7 +60,11 @@ impl Error {
     fn needs_operator(&self) -> bool {
         matches!(
             self,
-            Error::Unauthorized { .. } | Error::Credentials(_) | Error::Loop { .. } | Error::OverLimit { .. }
+            Error::Unauthorized { .. }
+                | Error::Credentials(_)
+                | Error::Client(_)
+                | Error::Loop { .. }
+                | Error::OverLimit { .. }
         )
     }
 }
@@ -247,7 +253,7 @@ impl Puller {
     async fn poll(&mut self) -> Result<(), Error> {
         let client = match &self.client {
             Ok(c) => c.clone(),
-            Err(e) => return Err(Error::Credentials(e.clone())),
+            Err(e) => return Err(Error::Client(e.clone())),
         };
         let base = self.bases[self.next_url % self.bases.len()].clone();
         let request = wire::Request {
