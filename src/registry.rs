@@ -662,6 +662,7 @@ impl Registry {
     pub fn purge(&mut self, now: i64) {
         let horizon = now - self.config.retention_time_in_ms_in_delta_queue;
         self.store.prune_changes(now, horizon);
+        self.prune_offers(now, horizon);
         let expiry = self.config.override_expiry_ms;
         self.overrides.retain(|_, o| now - o.accessed <= expiry);
         self.claims.purge(now);

@@ -19,7 +19,7 @@ use super::{
     route::{self, AppPath, InstancePath, Segment},
 };
 use crate::{
-    cache::PayloadKey,
+    cache::{Payload, PayloadKey},
     codec::{self, Format, RegistrationError},
     registry::{
         Command, Reply, Writer,
@@ -52,7 +52,11 @@ fn caller(caller: Option<Extension<Caller>>) -> Caller {
 /// `GET apps`: the full registry. One of our replicas (its start-up sync, the anti-entropy
 /// comparison) gets it without imports: every replica pulls its links itself, and an import
 /// copied as a replicated registration would hide the link's entry as if it were local.
-pub async fn apps(State(api): State<Arc<Api>>, headers: HeaderMap) -> Result<Response, ApiError> {
+pub async fn apps(
+    State(api): State<Arc<Api>>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
     if headers.contains_key(peer::REPLICA_HEADER) {
         let format = negotiate::reply_format(&headers)?;
         allow_access(&api)?;
@@ -64,16 +68,65 @@ pub async fn apps(State(api): State<Arc<Api>>, headers: HeaderMap) -> Result<Res
             format,
         ));
     }
+    if let Some(reply) = regions_fetch(&api, query.as_deref(), false, &headers).await? {
+        return Ok(reply);
+    }
     fetch(&api, PayloadKey::Full, &headers, true).await
 }
 
 /// `GET apps/delta`: what changed recently (403 when deltas are disabled, as Java).
-pub async fn delta(State(api): State<Arc<Api>>, headers: HeaderMap) -> Result<Response, ApiError> {
+pub async fn delta(
+    State(api): State<Arc<Api>>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
     negotiate::reply_format(&headers)?;
     if api.state.disable_delta() {
         return Err(ApiError::Forbidden);
     }
+    if let Some(reply) = regions_fetch(&api, query.as_deref(), true, &headers).await? {
+        return Ok(reply);
+    }
     fetch(&api, PayloadKey::Delta, &headers, true).await
+}
+
+/// A full or delta fetch with `?regions=` naming links shown only on request: the main view
+/// with what they offer, built per request (`None`: no such link named, the cached view
+/// answers, as Java ignores regions it does not know).
+async fn regions_fetch(
+    api: &Api,
+    query: Option<&str>,
+    delta: bool,
+    headers: &HeaderMap,
+) -> Result<Option<Response>, ApiError> {
+    let params = route::query(query);
+    let Some(regions) = route::param(&params, "regions") else {
+        return Ok(None);
+    };
+    let names: Vec<&str> = regions.split(',').map(str::trim).filter(|n| !n.is_empty()).collect();
+    if names.is_empty() {
+        return Ok(None);
+    }
+    let format = negotiate::reply_format(headers)?;
+    allow_access(api)?;
+    let view = api.state.with_registry(|r, _| {
+        let links = r.offering_links(&names);
+        match (links.is_empty(), delta) {
+            (true, _) => None,
+            (false, false) => Some(r.regions_full_view(&links)),
+            (false, true) => Some(r.regions_delta_view(&links)),
+        }
+    });
+    let Some(view) = view else {
+        return Ok(None);
+    };
+    let body = tokio::task::spawn_blocking(move || codec::encode_apps(&view, format))
+        .await
+        .map_err(|e| ApiError::Internal(format!("failed to encode a regions view: {e}")))?;
+    let gzip = negotiate::accepts_gzip(headers);
+    Ok(Some(
+        negotiate::payload_reply(Arc::new(Payload::new(body)), format, gzip).await,
+    ))
 }
 
 /// `GET apps/{app}`: one application, 404 when it has no instance.

@@ -154,9 +154,6 @@ impl LinkSpec {
         if self.stale_after_seconds == 0 || self.withdraw_after_seconds < self.stale_after_seconds {
             return Err("`staleAfterSeconds` must be at least 1 and `withdrawAfterSeconds` at least as long".into());
         }
-        if self.visibility == VisibilitySpec::OnRequest {
-            return Err("`visibility: OnRequest` (instances only for `?regions=` fetches) is not served yet; use Merged or Fallback".into());
-        }
         if self.max_instances == 0 {
             return Err("`maxInstances` must be at least 1".into());
         }
@@ -257,6 +254,8 @@ mod tests {
         assert_eq!(west.on_withdraw(), OnWithdraw::UnlessOnlySource);
         assert!(parse("").unwrap().is_empty());
         assert!(parse("[]").unwrap().is_empty());
+        let on_request = parse("- name: a\n  urls: [http://x/]\n  visibility: OnRequest\n").unwrap();
+        assert_eq!(on_request[0].visibility(), Visibility::OnRequest);
     }
 
     #[test]
@@ -283,10 +282,6 @@ mod tests {
                 "unknown variant",
             ),
             ("- name: a\n  url: http://x/\n", "unknown field"),
-            (
-                "- name: a\n  urls: [http://x/]\n  visibility: OnRequest\n",
-                "not served yet",
-            ),
             ("name: a", "invalid type"),
         ] {
             let e = parse(yaml).unwrap_err().to_string();

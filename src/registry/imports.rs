@@ -9,7 +9,8 @@
 //! pod or adopted) with the same application and id wins: the import is hidden, counted, and
 //! shown again when the local one goes. Which link's entry is shown is decided per application
 //! by [`LinkRule`]: always, only while no other source has an UP instance of the application
-//! (failover, or a link withdrawn after a partition), or never.
+//! (failover, or a link withdrawn after a partition), or never. A link shown only on request
+//! (Netflix's `?regions=`) is kept out of the main view; what it offers is kept by the `offers` module.
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
@@ -32,7 +33,7 @@ pub enum Visibility {
     Merged,
     /// Only while no other source has an UP instance of the application.
     Fallback,
-    /// Never in the main view (for clients that ask for the link by name).
+    /// Never in the main view: only for fetches that name the link in `?regions=`.
     OnRequest,
 }
 
@@ -82,6 +83,19 @@ impl LinkRule {
             (OnWithdraw::UnlessOnlySource, _) => Shows::WhileNoOtherUp,
         }
     }
+
+    /// When an on-request link's entries show in the fetches that name it: always, until a
+    /// withdrawal applies its policy as it does in the main view.
+    fn offers(self) -> Shows {
+        if self.visibility != Visibility::OnRequest {
+            return Shows::Never;
+        }
+        match (self.withdrawn, self.on_withdraw) {
+            (false, _) | (true, OnWithdraw::Never) => Shows::Always,
+            (true, OnWithdraw::Always) => Shows::Never,
+            (true, OnWithdraw::UnlessOnlySource) => Shows::WhileNoOtherUp,
+        }
+    }
 }
 
 /// What one fetch over a link brought.
@@ -114,6 +128,8 @@ struct LinkCopy {
     /// Application → instance id → the instance as the source shows it.
     apps: HashMap<String, BTreeMap<String, Arc<InstanceInfo>>>,
     counts: StatusCounts,
+    /// What the link offers to fetches that name it (empty unless it is on request).
+    offer: offers::Offer,
 }
 
 impl LinkCopy {
@@ -266,9 +282,16 @@ impl Registry {
         Outcome::reply(Reply::Ok)
     }
 
-    /// Makes what the registry shows of `app`'s imports what the copies and rules say: each id
-    /// without a local instance shows the first link (by name) whose rule shows it now.
+    /// Makes what the registry shows of `app`'s imports, in the main view and in what on-request
+    /// links offer, what the copies and rules say.
     pub(super) fn settle_imports(&mut self, app: &str, now: i64) {
+        self.settle_shown(app, now);
+        self.settle_offers(app, now);
+    }
+
+    /// The main view of `app`'s imports: each id without a local instance shows the first link
+    /// (by name) whose rule shows it now.
+    fn settle_shown(&mut self, app: &str, now: i64) {
         let mut ids = self.imports.ids_of(app);
         if let Some(entries) = self.store.app(app) {
             ids.extend(
@@ -349,7 +372,7 @@ impl Registry {
             .imports
             .links
             .values()
-            .filter(|l| l.rule.shows() == Shows::WhileNoOtherUp)
+            .filter(|l| l.rule.shows() == Shows::WhileNoOtherUp || l.rule.offers() == Shows::WhileNoOtherUp)
             .flat_map(|l| l.apps.keys().cloned())
             .collect();
         for app in apps {
@@ -378,6 +401,10 @@ impl Registry {
             for (app, instances) in &l.apps {
                 for id in instances.keys() {
                     f.instances += 1;
+                    if l.offer.holds(app, id) {
+                        f.shown += 1;
+                        continue;
+                    }
                     match self.store.get(app, id).map(|e| &e.holding) {
                         Some(Holding::Imported { link }) if link == name => f.shown += 1,
                         Some(Holding::Imported { .. }) | None => {}
@@ -477,5 +504,6 @@ impl Registry {
     }
 }
 
+mod offers;
 #[cfg(test)]
 mod tests;

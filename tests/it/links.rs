@@ -14,7 +14,8 @@ use std::{
 use serde_json::Value;
 
 use crate::common::{
-    eureka::{Native, Server, app_instances, http},
+    clients::assert_no_mismatch,
+    eureka::{Native, Server, SpringClient, app_instances, http},
     process::{replica_addresses, scratch_dir, wait_equal, wait_for},
     proxy::{Direction, Mode, Proxy},
 };
@@ -88,18 +89,22 @@ async fn start(plan: &Plan, links: Option<&Path>, extra: &[&str]) -> Vec<Server>
     servers
 }
 
-/// `(app, id)` of every instance a server shows.
-async fn shown(server: &Server) -> BTreeSet<(String, String)> {
-    let v: Value = http()
-        .get(format!("{}apps/", server.url()))
+/// `GET {path}` as JSON on a server.
+async fn get_json(server: &Server, path: &str) -> Value {
+    http()
+        .get(format!("{}{path}", server.url()))
         .header("Accept", "application/json")
         .send()
         .await
         .unwrap()
         .json()
         .await
-        .unwrap();
-    pairs(&v)
+        .unwrap()
+}
+
+/// `(app, id)` of every instance a server shows.
+async fn shown(server: &Server) -> BTreeSet<(String, String)> {
+    pairs(&get_json(server, "apps/").await)
 }
 
 pub(crate) fn pairs(v: &Value) -> BTreeSet<(String, String)> {
@@ -744,4 +749,132 @@ async fn link_credentials_read_only_and_rotate_on_both_sides_without_the_copy_sh
         "no poll was refused"
     );
     assert_eq!(shown(&w[0]).await, all);
+}
+
+#[tokio::test]
+async fn an_on_request_link_serves_only_regions_fetches_and_a_spring_client_asking_for_it() {
+    let dir = scratch_dir("links");
+    let (east, west) = (plan("east", 131, 1), plan("west", 132, 1));
+    let west_file = dir.path().join("west.yaml");
+    write(
+        &west_file,
+        &link("east", &east.urls, "pollIntervalMs: 200\nvisibility: OnRequest"),
+    );
+    let e = start(&east, None, &[]).await;
+    register(&e[0].url(), "ORDERS", "e-1").await;
+    register(&e[0].url(), "ORDERS", "e-2").await;
+    let w = start(&west, Some(&west_file), &[]).await;
+    let w0 = &w[0];
+    register(&w0.url(), "ORDERS", "w-1").await;
+
+    // Plain fetches never see the link; `?regions=` naming it does, with the view's hash code;
+    // an unknown region adds nothing, as in Java.
+    assert_eq!(shown(w0).await, set([("ORDERS", "w-1")]));
+    let plain = get_json(w0, "apps/").await;
+    assert_eq!(plain["applications"]["apps__hashcode"], "UP_1_");
+    let full = get_json(w0, "apps/?regions=east").await;
+    assert_eq!(
+        pairs(&full),
+        set([("ORDERS", "e-1"), ("ORDERS", "e-2"), ("ORDERS", "w-1")])
+    );
+    assert_eq!(full["applications"]["apps__hashcode"], "UP_3_");
+    let delta = get_json(w0, "apps/delta?regions=east,nowhere").await;
+    assert_eq!(delta["applications"]["apps__hashcode"], "UP_3_");
+    assert!(
+        pairs(&delta).contains(&("ORDERS".to_string(), "e-2".to_string())),
+        "the delta lists the offered instances: {delta}"
+    );
+    assert_eq!(
+        pairs(&get_json(w0, "apps/?regions=nowhere").await),
+        set([("ORDERS", "w-1")])
+    );
+    let gz = http()
+        .get(format!("{}apps/?regions=east", w0.url()))
+        .header("Accept", "application/xml")
+        .header("Accept-Encoding", "gzip")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(gz.status().as_u16(), 200);
+    let body = gz.text().await.unwrap();
+    assert!(
+        body.contains("<instanceId>e-1</instanceId>") && body.contains("UP_3_"),
+        "XML, gzipped on the wire: {body}"
+    );
+
+    // A Spring client that names the link (`fetch-remote-regions-registry`) sees both clusters,
+    // follows east's changes by deltas, and never counts a hash-code mismatch.
+    let Some(spring) = SpringClient::start(
+        &w0.url(),
+        "regions-watcher",
+        "regions-watcher-1",
+        // Netflix's client refuses to start without a zone for each region it fetches.
+        &[
+            "--eureka.client.fetch-remote-regions-registry=east".to_string(),
+            "--eureka.client.availability-zones.east=east-1".to_string(),
+        ],
+    )
+    .await
+    else {
+        return;
+    };
+    let seen = |expected: Vec<(&str, &str)>| {
+        let expected: Vec<(String, String)> = expected.into_iter().map(|(i, s)| (i.into(), s.into())).collect();
+        let spring = &spring;
+        async move {
+            wait_equal("the Spring client's ORDERS", Duration::from_secs(30), &expected, || {
+                spring.seen_all("ORDERS")
+            })
+            .await;
+        }
+    };
+    seen(vec![("e-1", "UP"), ("e-2", "UP"), ("w-1", "UP")]).await;
+    register(&e[0].url(), "ORDERS", "e-3").await;
+    assert_eq!(Native::new(&e[0].url(), "ORDERS", "e-1").cancel().await, 200);
+    seen(vec![("e-2", "UP"), ("e-3", "UP"), ("w-1", "UP")]).await;
+    // West's own instance with east's id hides east's, and east's shows again when it goes.
+    let local = Native::new(&w0.url(), "ORDERS", "e-2").at("10.99.0.2", 9000);
+    assert_eq!(local.register().await, 204);
+    let put = http()
+        .put(format!("{}apps/ORDERS/e-2/status?value=OUT_OF_SERVICE", w0.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        put.status().as_u16(),
+        200,
+        "west's own instance takes a status override"
+    );
+    seen(vec![("e-2", "OUT_OF_SERVICE"), ("e-3", "UP"), ("w-1", "UP")]).await;
+    assert_eq!(local.cancel().await, 200);
+    seen(vec![("e-2", "UP"), ("e-3", "UP"), ("w-1", "UP")]).await;
+    // A few more deltas compare hash codes after the last change.
+    let deltas = |v: &Value| v["deltaFetches"].as_u64().unwrap_or(0);
+    let before = deltas(&spring.stats().await);
+    wait_for(
+        "two more delta fetches",
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        || async { (deltas(&spring.stats().await) >= before + 2).then_some(()) },
+    )
+    .await;
+    let stats = spring.stats().await;
+    assert_no_mismatch("the Spring client asking for east", "west", &stats, true);
+    let wire: Value = spring.get("/wire").await;
+    let fetches: Vec<&str> = wire
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["kind"] == "deltaFetch" || r["kind"] == "fullFetch")
+        .filter_map(|r| r["uri"].as_str())
+        .collect();
+    assert!(
+        !fetches.is_empty() && fetches.iter().all(|u| u.contains("regions=east")),
+        "every fetch names the link: {fetches:?}"
+    );
+    assert_eq!(
+        shown(w0).await,
+        set([("ORDERS", "w-1"), ("REGIONS-WATCHER", "regions-watcher-1")]),
+        "the main view never holds the link's instances"
+    );
 }

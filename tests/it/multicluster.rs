@@ -393,7 +393,8 @@ async fn two_kubernetes_clusters_link_both_ways_and_each_owns_only_its_own() {
     wait_ids(&all, "ORDERS", &east_now, "east's ORDERS untouched").await;
 
     // A partition of one replica: west-0's connections to east are refused. Only west-0 warns
-    // (it keeps east's last copy; west-1 still polls); the heal clears the warning.
+    // (it keeps east's last copy; west-1 still polls), east scales down meanwhile, and after
+    // the heal west-0 equals east within a poll; the heal clears the warning.
     for p in &west_proxies[0] {
         p.cut();
     }
@@ -409,9 +410,47 @@ async fn two_kubernetes_clusters_link_both_ways_and_each_owns_only_its_own() {
         "west-1, not cut, does not warn"
     );
     wait_ids(&all, "ORDERS", &east_now, "east's ORDERS kept through the partition").await;
+    east_deployments
+        .patch(
+            "orders",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"replicas": 4}})),
+        )
+        .await
+        .unwrap();
+    let churned = wait_up(&e[0].server, "ORDERS", 4).await;
+    wait_ids(
+        &[&w[1].server],
+        "ORDERS",
+        &churned,
+        "west-1 following east's scale-down",
+    )
+    .await;
+    assert_eq!(
+        ids(&w[0].server, "ORDERS").await,
+        east_now,
+        "west-0, cut off, keeps east's last copy"
+    );
+    let east_now = churned;
     for p in &west_proxies[0] {
         p.heal();
     }
+    let healed = Instant::now();
+    while ids(&w[0].server, "ORDERS").await != east_now {
+        assert!(
+            healed.elapsed() < Duration::from_secs(30),
+            "west-0 never caught up with east after the heal"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let caught_up = healed.elapsed().as_millis();
+    println!(
+        "MULTICLUSTER after the heal west-0 equalled east (scaled down meanwhile) in {caught_up} ms (poll 500 ms)"
+    );
+    assert!(
+        caught_up <= 1_500,
+        "within a poll and a second of the heal: {caught_up} ms"
+    );
     wait_for(
         "west-0's warning to clear",
         Duration::from_secs(15),

@@ -408,3 +408,169 @@ fn imports_do_not_take_the_local_caps() {
     let origins: Vec<(String, Origin)> = shown(&r);
     assert!(origins.contains(&("e-1".into(), Origin::Imported)), "{origins:?}");
 }
+
+/// A Netflix client's copy of a (regions) view: full fetches replace it, deltas are applied
+/// entry by entry (DELETED removes, anything else replaces by id).
+#[derive(Default)]
+struct ClientCopy(BTreeMap<(String, String), Status>);
+
+impl ClientCopy {
+    fn full(view: &AppsView) -> ClientCopy {
+        let mut c = ClientCopy::default();
+        c.apply(view);
+        c
+    }
+
+    fn apply(&mut self, delta: &AppsView) {
+        for app in &delta.apps {
+            for i in &app.instances {
+                let key = (app.name.clone(), i.id().to_string());
+                if i.action_type() == Some(ActionType::Deleted) {
+                    self.0.remove(&key);
+                } else {
+                    self.0.insert(key, i.status());
+                }
+            }
+        }
+    }
+
+    fn hashcode(&self) -> String {
+        let mut c = StatusCounts::default();
+        for s in self.0.values() {
+            c.add(*s);
+        }
+        c.hashcode()
+    }
+}
+
+#[test]
+fn an_on_request_link_shows_only_in_regions_fetches_whose_full_delta_and_hash_agree() {
+    let mut r = registry();
+    let regions = |r: &Registry| r.offering_links(&["EAST", "nowhere"]);
+    import(
+        &mut r,
+        "east",
+        true,
+        vec![(
+            "orders",
+            vec![inst("ORDERS", "e-1", Status::Up), inst("ORDERS", "x-1", Status::Up)],
+        )],
+        T0,
+    );
+    assert!(regions(&r).is_empty(), "a merged link adds nothing to a regions fetch");
+    r.apply(
+        Command::SetLinkRule {
+            link: "east".into(),
+            rule: rule(Visibility::OnRequest, OnWithdraw::UnlessOnlySource, false),
+        },
+        T0,
+    );
+    assert!(shown(&r).is_empty(), "not in the main view");
+    let links = regions(&r);
+    assert_eq!(links, vec![Arc::<str>::from("east")]);
+    let full = r.regions_full_view(&links);
+    assert_eq!(full.apps_hashcode, "UP_2_");
+    assert_eq!(r.full_view().apps_hashcode, "");
+    let mut copy = ClientCopy::full(&full);
+    // A local instance with the id of an offered one wins; when it goes the offer returns.
+    r.apply(
+        Command::Register {
+            info: inst("ORDERS", "x-1", Status::Down),
+            writer: Writer::Client,
+        },
+        T0 + 1,
+    );
+    let delta = r.regions_delta_view(&links);
+    copy.apply(&delta);
+    assert_eq!(copy.hashcode(), delta.apps_hashcode);
+    assert_eq!(copy.hashcode(), "DOWN_1_UP_1_");
+    r.apply(client("cancel", "ORDERS", "x-1"), T0 + 2);
+    let delta = r.regions_delta_view(&links);
+    copy.apply(&delta);
+    assert_eq!(copy.hashcode(), "UP_2_");
+    assert_eq!(copy.0, ClientCopy::full(&r.regions_full_view(&links)).0);
+    assert_eq!(r.link_figures()["east"].shown, 2, "offered instances count as shown");
+}
+
+mod offers_agree {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        /// A fetch over `link` (0 east, 1 west) bringing these instances of ORDERS.
+        Import(usize, Vec<(u8, bool)>),
+        Register(u8, bool),
+        Cancel(u8),
+        Rule(usize, u8, bool),
+        Purge,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0..2usize, proptest::collection::vec((0..6u8, any::<bool>()), 0..5)).prop_map(|(l, v)| Op::Import(l, v)),
+            (0..6u8, any::<bool>()).prop_map(|(i, up)| Op::Register(i, up)),
+            (0..6u8).prop_map(Op::Cancel),
+            (0..2usize, 0..3u8, any::<bool>()).prop_map(|(l, v, w)| Op::Rule(l, v, w)),
+            Just(Op::Purge),
+        ]
+    }
+
+    fn status(up: bool) -> Status {
+        if up { Status::Up } else { Status::Down }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+        /// Whatever the writes, rules and prunings, a client that fetched once and then applies
+        /// every delta holds exactly the full regions view and its hash code, and so does a
+        /// client of the main view.
+        #[test]
+        fn a_regions_client_copy_follows_full_delta_and_hash(ops in proptest::collection::vec(op(), 1..40)) {
+            let mut r = registry();
+            let links = ["east", "west"];
+            for link in links {
+                r.apply(Command::SetLinkRule { link: link.into(), rule: rule(Visibility::OnRequest, OnWithdraw::UnlessOnlySource, false) }, T0);
+            }
+            let names: Vec<Arc<str>> = links.iter().map(|l| Arc::from(*l)).collect();
+            let (mut regions, mut main) = (ClientCopy::full(&r.regions_full_view(&names)), ClientCopy::full(&r.full_view()));
+            for (step, op) in ops.into_iter().enumerate() {
+                let now = T0 + 1 + step as i64;
+                match op {
+                    Op::Import(l, v) => {
+                        let instances = v.iter().map(|(i, up)| inst("ORDERS", &format!("o-{i}"), status(*up))).collect();
+                        import(&mut r, links[l], true, vec![("ORDERS", instances)], now);
+                    }
+                    Op::Register(i, up) => {
+                        r.apply(Command::Register { info: inst("ORDERS", &format!("o-{i}"), status(up)), writer: Writer::Client }, now);
+                    }
+                    Op::Cancel(i) => {
+                        r.apply(client("cancel", "ORDERS", &format!("o-{i}")), now);
+                    }
+                    Op::Rule(l, v, withdrawn) => {
+                        let visibility = [Visibility::OnRequest, Visibility::Merged, Visibility::Fallback][v as usize];
+                        r.apply(Command::SetLinkRule { link: links[l].into(), rule: rule(visibility, OnWithdraw::UnlessOnlySource, withdrawn) }, now);
+                    }
+                    // Everything older than this step leaves the delta logs.
+                    Op::Purge => r.purge(now + RegistryConfig::default().retention_time_in_ms_in_delta_queue),
+                }
+                let offering = r.offering_links(&links);
+                let full = r.regions_full_view(&names);
+                let delta = r.regions_delta_view(&names);
+                prop_assert_eq!(&delta.apps_hashcode, &full.apps_hashcode);
+                // The client fetches after every step, so the delta always reaches back to its copy.
+                regions.apply(&delta);
+                prop_assert_eq!(regions.hashcode(), delta.apps_hashcode.clone(), "step {}", step);
+                prop_assert_eq!(&regions.0, &ClientCopy::full(&full).0, "step {} ({:?} offering)", step, offering);
+                let main_delta = r.delta_view();
+                main.apply(&main_delta);
+                prop_assert_eq!(main.hashcode(), main_delta.apps_hashcode.clone());
+                prop_assert_eq!(&main.0, &ClientCopy::full(&r.full_view()).0);
+                prop_assert!(r.full_view().apps.iter().flat_map(|a| &a.instances).all(|i| {
+                    r.imported_through("ORDERS", i.id()).is_none_or(|l| r.link_rule(&l).is_some_and(|rule| rule.visibility != Visibility::OnRequest))
+                }), "an on-request link never shows in the main view");
+            }
+        }
+    }
+}
