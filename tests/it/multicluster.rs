@@ -2,8 +2,9 @@
 //! kwok nodes, two operator replicas per cluster on their own loopback addresses: freshness while
 //! Deployments scale and roll (with a real Spring client in A), StatefulSet pod names that collide
 //! across clusters, ownership under deletions, a Java peer that never receives the other
-//! cluster's pods, and the other cluster's apiserver down (against the Java-peer path, which
-//! loses them).
+//! cluster's pods, a partition of one replica behind a TCP proxy (warning, withdrawal by policy,
+//! the last copy shown again when the local instance goes, the heal after churn), and the other
+//! cluster's apiserver down (against the Java-peer path, which loses them).
 
 use std::{
     collections::BTreeSet,
@@ -21,7 +22,7 @@ use crate::{
     common::{
         clients::assert_no_mismatch,
         cluster::Cluster,
-        eureka::{JavaServer, Server, SpringClient, app_instances},
+        eureka::{JavaServer, Native, Server, SpringClient, app_instances},
         operator::{Launch, Operator, eureka_app, namespace, prepare},
         process::{replica_addresses, scratch_dir, wait_equal, wait_for},
         proxy::Proxy,
@@ -85,8 +86,11 @@ async fn proxied_links(dir: &Path, name: &str, to: &Planned) -> (Vec<PathBuf>, V
         }
         let urls: Vec<String> = mine.iter().map(Proxy::url).collect();
         let file = dir.join(format!("links-to-{name}-{i}.yaml"));
+        // The first replica withdraws after 4 s of silence (the partition below); the other
+        // keeps a silent link's copy for 10 minutes.
+        let withdraw = if i == 0 { 4 } else { 600 };
         let text = format!(
-            "- name: {name}\n  urls: [{}]\n  pollIntervalMs: 500\n  staleAfterSeconds: 2\n  withdrawAfterSeconds: 600\n",
+            "- name: {name}\n  urls: [{}]\n  pollIntervalMs: 500\n  staleAfterSeconds: 2\n  withdrawAfterSeconds: {withdraw}\n",
             urls.join(", ")
         );
         std::fs::write(&file, text).unwrap();
@@ -201,6 +205,7 @@ async fn two_kubernetes_clusters_link_both_ways_and_each_owns_only_its_own() {
         replicas(&east, "east", &east_plan, &east_files, &east_extra)
     );
     let all: Vec<&Server> = w.iter().chain(e.iter()).map(|o| &o.server).collect();
+    let w_servers: Vec<&Server> = w.iter().map(|o| &o.server).collect();
 
     // ORDERS runs in both clusters, BILLING only in west. East's pods carry a short lease, so
     // the contrast server (a Java peer of east) expires them soon after east stops renewing.
@@ -392,12 +397,25 @@ async fn two_kubernetes_clusters_link_both_ways_and_each_owns_only_its_own() {
     wait_ids(&all, "WEB", &east_web, "only east's web-0").await;
     wait_ids(&all, "ORDERS", &east_now, "east's ORDERS untouched").await;
 
-    // A partition of one replica: west-0's connections to east are refused. Only west-0 warns
-    // (it keeps east's last copy; west-1 still polls), east scales down meanwhile, and after
-    // the heal west-0 equals east within a poll; the heal clears the warning.
+    // A partition of one replica: west-0's connections to east are refused. Only west-0 warns;
+    // after its withdraw time (4 s) it withdraws east's ORDERS, since west has an UP ORDERS of
+    // its own (a native client's), and shows them again, from the last copy, once that one
+    // goes. West-1 still polls. East scales down meanwhile, and after the heal west-0 equals
+    // east within a poll; the heal clears the warning.
+    let native = Native::new(&w[0].server.url(), "ORDERS", "west-native-1");
+    assert_eq!(native.register().await, 204);
+    let with_native: BTreeSet<String> = east_now.iter().cloned().chain(["west-native-1".to_string()]).collect();
+    wait_ids(
+        &w_servers,
+        "ORDERS",
+        &with_native,
+        "east's ORDERS and west's native one",
+    )
+    .await;
     for p in &west_proxies[0] {
         p.cut();
     }
+    let cut = Instant::now();
     wait_for(
         "west-0's stale warning",
         Duration::from_secs(15),
@@ -409,7 +427,32 @@ async fn two_kubernetes_clusters_link_both_ways_and_each_owns_only_its_own() {
         !readyz(&w[1].server).await.contains("link east"),
         "west-1, not cut, does not warn"
     );
-    wait_ids(&all, "ORDERS", &east_now, "east's ORDERS kept through the partition").await;
+    let only_native: BTreeSet<String> = ["west-native-1".to_string()].into();
+    wait_ids(
+        &[&w[0].server],
+        "ORDERS",
+        &only_native,
+        "east's ORDERS withdrawn on west-0",
+    )
+    .await;
+    let withdrawn_after = cut.elapsed().as_millis();
+    assert_eq!(
+        ids(&w[1].server, "ORDERS").await,
+        with_native,
+        "west-1, not cut, withdraws nothing"
+    );
+    assert_eq!(native.cancel().await, 200);
+    wait_ids(
+        &[&w[0].server],
+        "ORDERS",
+        &east_now,
+        "east's last copy shown again on west-0 once west's own ORDERS is gone",
+    )
+    .await;
+    println!(
+        "MULTICLUSTER partition of west-0: withdrawn {withdrawn_after} ms after the cut (withdrawAfter 4 s), \
+         the last copy shown again when west's own instance went"
+    );
     east_deployments
         .patch(
             "orders",
@@ -458,7 +501,7 @@ async fn two_kubernetes_clusters_link_both_ways_and_each_owns_only_its_own() {
         || async { (!readyz(&w[0].server).await.contains("link east")).then_some(()) },
     )
     .await;
-    println!("MULTICLUSTER a partition of west-0 alone: only it warned, and it kept east's instances");
+    println!("MULTICLUSTER a partition of west-0 alone: only it warned, and the heal cleared the warning");
 
     // East's apiserver down for 20 s: east keeps serving its last view, so west keeps east's
     // instances. The server that gets them the old way, as a Java peer of east, loses them once
