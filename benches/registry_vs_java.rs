@@ -17,7 +17,12 @@
 //! `EO_BENCH_STORM_SHARE` (0.2 of the instances replaced) and `EO_BENCH_STORM_CLIENTS` (1000
 //! clients fetching the delta every 30 s). `EO_BENCH_GENERATOR` (`raw`: the closed-loop heartbeat
 //! phase uses the lean HTTP/1.1 client in [`raw`]; `reqwest` uses reqwest as every other phase)
-//! and `EO_BENCH_JAVA` (1; 0 measures ours alone, for profiling).
+//! `EO_BENCH_JAVA` (1; 0 measures ours alone, for profiling), `EO_BENCH_ROUNDS` (2: each size is
+//! measured that many times, the servers' order reversed every other round, and each row quotes
+//! the round least favourable to ours, so that one slow run of either server cannot make a row)
+//! and `EO_BENCH_BASELINE` (1: each round also drives [`baseline`], a bare hyper server that
+//! answers every heartbeat with 200 and nothing else, with the same closed-loop generator: the
+//! limit of a heartbeat on this machine).
 
 #[path = "../tests/it/common"]
 #[allow(dead_code)]
@@ -88,6 +93,10 @@ struct Settings {
     generator: Generator,
     /// Whether to measure the Java server at all (`EO_BENCH_JAVA=0`: ours alone, for profiling).
     java: bool,
+    /// Rounds per size, the servers' order alternating; each row quotes its least favourable.
+    rounds: usize,
+    /// Whether to measure the bare hyper baseline of a heartbeat each round.
+    baseline: bool,
 }
 
 impl Settings {
@@ -130,6 +139,8 @@ impl Settings {
                 _ => Generator::Raw,
             },
             java: env_or("EO_BENCH_JAVA", 1u8) != 0,
+            rounds: env_or("EO_BENCH_ROUNDS", 2usize).max(1),
+            baseline: env_or("EO_BENCH_BASELINE", 1u8) != 0,
         }
     }
 }
@@ -254,6 +265,8 @@ enum Op {
     RegisterSuccessor(usize),
     /// `DELETE apps/{app}/{id}` of the instance the `k`th successor replaces.
     CancelReplaced(usize),
+    /// `GET /metrics` (ours only: a Prometheus scrape).
+    Scrape,
 }
 
 /// Everything a request needs, built before any measurement so the generator does the same work
@@ -271,6 +284,8 @@ struct Load {
     delta_url: String,
     /// The server's Eureka base URL (`http://host:port/eureka/`).
     base: String,
+    /// Its Prometheus endpoint, where it has one.
+    metrics_url: Option<String>,
 }
 
 fn client() -> reqwest::Client {
@@ -314,6 +329,7 @@ impl Load {
             full_url: format!("{base}apps/"),
             delta_url: format!("{base}apps/delta"),
             base: base.to_string(),
+            metrics_url: None,
             fx,
         }
     }
@@ -336,6 +352,7 @@ impl Load {
                 .header(CONTENT_TYPE, "application/json")
                 .body(self.fx.successors[k].1.body.clone()),
             Op::CancelReplaced(k) => c.delete(&self.cancel_urls[k]),
+            Op::Scrape => c.get(self.metrics_url.as_deref().ok_or("no /metrics endpoint")?),
         }
         .header(ACCEPT, "application/json")
         .header(ACCEPT_ENCODING, "gzip");
@@ -816,6 +833,61 @@ async fn raw_heartbeats(load: &Arc<Load>, pid: u32, workers: usize, dur: Duratio
     mark.finish(pid, run)
 }
 
+/// The limit of a heartbeat on this machine: a bare hyper HTTP/1.1 server (keep-alive, the
+/// runtime's default worker threads, as ours) that answers every request with 200 and an empty
+/// body, nothing else: no routing, no parsing, no registry. It is this bench's own binary run
+/// with [`baseline::ADDR_VAR`] set, so that its CPU is counted apart from the generator's.
+mod baseline {
+    use std::{convert::Infallible, net::SocketAddr};
+
+    use bytes::Bytes;
+    use http_body_util::Empty;
+    use hyper::{Request, Response, body::Incoming, server::conn::http1, service::service_fn};
+    use hyper_util::rt::TokioIo;
+
+    /// The variable that makes the bench binary serve the baseline on the address it holds.
+    pub const ADDR_VAR: &str = "EO_BENCH_BASELINE_ADDR";
+
+    async fn ok(_: Request<Incoming>) -> Result<Response<Empty<Bytes>>, Infallible> {
+        Ok(Response::new(Empty::new()))
+    }
+
+    pub fn serve(addr: SocketAddr) {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::bind(addr).await.expect("the baseline's port");
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                tokio::spawn(async move {
+                    let _ = http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service_fn(ok))
+                        .await;
+                });
+            }
+        });
+    }
+}
+
+/// The baseline's closed-loop heartbeats: the same generator, workers and length as ours'.
+async fn measure_baseline(fx: &Arc<Fixture>, s: &Settings) -> Results {
+    let target = Target::baseline().await;
+    let load = Arc::new(Load::new(&target.base, fx.clone()));
+    eprintln!("[    baseline] heartbeats for {:?}", s.phase);
+    // A short warm-up, so that both sides' first connections are not in the figures.
+    let _ = raw_heartbeats(&load, target.pid, s.workers, Duration::from_secs(2)).await;
+    let run = raw_heartbeats(&load, target.pid, s.workers, s.phase).await;
+    let mut out = Results::default();
+    out.closed("heartbeat", "heartbeats", &run);
+    target.stop();
+    out
+}
+
 // === payload inspection ===
 
 struct PayloadInfo {
@@ -914,11 +986,14 @@ async fn visibility_probe(load: Arc<Load>, timeout: Duration) -> Option<Duration
 enum Handle {
     Ours(Box<Server>),
     Java(Proc, tempfile::TempDir),
+    Baseline(Proc, tempfile::TempDir),
 }
 
 struct Target {
     label: &'static str,
     base: String,
+    /// Its Prometheus endpoint (ours only).
+    metrics: Option<String>,
     pid: u32,
     startup: Duration,
     handle: Handle,
@@ -932,6 +1007,7 @@ impl Target {
         Target {
             label: "ours",
             base: server.url(),
+            metrics: Some(format!("{}/metrics", server.admin())),
             pid: server.proc.pid() as u32,
             startup: started.elapsed(),
             handle: Handle::Ours(Box::new(server)),
@@ -982,14 +1058,42 @@ impl Target {
         Some(Target {
             label: if ro_cache { "java" } else { "java-nocache" },
             base,
+            metrics: None,
             pid: proc.pid() as u32,
             startup: started.elapsed(),
             handle: Handle::Java(proc, dir),
         })
     }
 
+    /// The bare hyper baseline ([`baseline`]) on a free port.
+    async fn baseline() -> Target {
+        let port = free_port(IP);
+        let dir = scratch_dir("bench-baseline");
+        let mut cmd = Command::new(std::env::current_exe().expect("the bench binary"));
+        cmd.env(baseline::ADDR_VAR, format!("{IP}:{port}"));
+        let started = Instant::now();
+        let mut proc = Proc::spawn("bench-baseline", cmd, &dir.path().join("baseline.log"));
+        while tokio::net::TcpStream::connect((IP, port)).await.is_err() {
+            if proc.try_exit().is_some() || started.elapsed() > Duration::from_secs(30) {
+                panic!("the baseline server did not start:\n{}", proc.log_tail(20));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Target {
+            label: "baseline",
+            base: format!("http://{IP}:{port}/eureka/"),
+            metrics: None,
+            pid: proc.pid() as u32,
+            startup: started.elapsed(),
+            handle: Handle::Baseline(proc, dir),
+        }
+    }
+
     fn stop(self) {
         match self.handle {
+            Handle::Baseline(mut p, _dir) => {
+                p.terminate(Duration::from_secs(5));
+            }
             Handle::Ours(mut s) => {
                 s.proc.terminate(Duration::from_secs(5));
             }
@@ -1002,7 +1106,7 @@ impl Target {
     fn log_tail(&self) -> String {
         match &self.handle {
             Handle::Ours(s) => s.proc.log_tail(10),
-            Handle::Java(p, _) => p.log_tail(10),
+            Handle::Java(p, _) | Handle::Baseline(p, _) => p.log_tail(10),
         }
     }
 }
@@ -1074,7 +1178,10 @@ async fn measure(target: &Target, fx: &Arc<Fixture>, s: &Settings) -> Results {
     let mut out = Results::default();
     let pid = target.pid;
     let n = fx.instances.len();
-    let load = Arc::new(Load::new(&target.base, fx.clone()));
+    let load = Arc::new(Load {
+        metrics_url: target.metrics.clone(),
+        ..Load::new(&target.base, fx.clone())
+    });
     let log = |what: &str| eprintln!("[{:>12}] {what}", target.label);
     out.add(
         "start-up until the server answers (ms; polled every 50 ms)",
@@ -1311,6 +1418,9 @@ async fn measure(target: &Target, fx: &Arc<Fixture>, s: &Settings) -> Results {
         out.notes
             .push(format!("visibility probe: not visible after {:?}", s.probe_timeout));
     }
+    if load.metrics_url.is_some() {
+        scrapes(&load, pid, s, &mut out).await;
+    }
     if !s.storm.is_zero() && !fx.successors.is_empty() {
         deploy_storm(&load, pid, s, &mut out).await;
     }
@@ -1321,6 +1431,54 @@ async fn measure(target: &Target, fx: &Arc<Fixture>, s: &Settings) -> Results {
             .push(format!("{} log tail:\n{}", target.label, target.log_tail()));
     }
     out
+}
+
+/// What a Prometheus scrape costs the others: heartbeats and writes at the mixed load's rates,
+/// once alone and once with `/metrics` scraped every 100 ms (ten times what Prometheus is usually
+/// set to), the heartbeat p99 of each (ours only: the Java server has no such endpoint here).
+async fn scrapes(load: &Arc<Load>, pid: u32, s: &Settings, out: &mut Results) {
+    let n = load.fx.instances.len();
+    let [hb_rate, reg_rate, ..] = s.rates;
+    let streams = |scrape: bool| -> Vec<Stream> {
+        let mut v: Vec<Stream> = vec![
+            (hb_rate, Arc::new(move |k| Op::Heartbeat(k as usize % n))),
+            (reg_rate, Arc::new(move |k| Op::Register((k as usize * 7919) % n))),
+        ];
+        if scrape {
+            v.push((10.0, Arc::new(|_| Op::Scrape)));
+        }
+        v
+    };
+    eprintln!(
+        "[        ours] heartbeats and writes for {:?}, then with /metrics every 100 ms",
+        s.mixed
+    );
+    let quiet = open_loop(load, pid, s.mixed, streams(false)).await;
+    let scraped = open_loop(load, pid, s.mixed, streams(true)).await;
+    let phase = "heartbeats and writes";
+    out.add(
+        format!("{phase}: heartbeat p99 (ms)"),
+        quiet[0].pct(99.0),
+        2,
+        Better::Lower,
+    );
+    out.add(
+        format!("{phase}, /metrics every 100 ms: heartbeat p99 (ms)"),
+        scraped[0].pct(99.0),
+        2,
+        Better::Lower,
+    );
+    out.add(
+        format!("{phase}, /metrics every 100 ms: scrape p99 (ms)"),
+        scraped[2].pct(99.0),
+        2,
+        Better::Lower,
+    );
+    let mut errs = Run::default();
+    for r in quiet.into_iter().chain(scraped) {
+        errs.merge(r);
+    }
+    out.errors(phase, &errs);
 }
 
 /// A deploy storm: a share of the instances re-registered with new ids and the old ones
@@ -1426,17 +1584,68 @@ fn fmt_value(v: f64, decimals: usize) -> String {
     format!("{v:.decimals$}")
 }
 
-fn ratio(ours: f64, java: f64, better: Better) -> String {
-    let r = match better {
+/// How many times better ours is (`NaN` where no ratio is defined).
+fn ratio_value(ours: f64, java: f64, better: Better) -> f64 {
+    match better {
         Better::Higher | Better::Info => ours / java,
         Better::Lower => java / ours,
-        Better::None => return "–".into(),
-    };
+        Better::None => f64::NAN,
+    }
+}
+
+fn ratio(ours: f64, java: f64, better: Better) -> String {
+    let r = ratio_value(ours, java, better);
     if r.is_finite() && r > 0.0 {
         format!("{r:.2}×")
     } else {
         "–".into()
     }
+}
+
+/// Ours against the bare hyper baseline, closed-loop heartbeats: per row the round least
+/// favourable to ours.
+fn print_baseline(rounds: &[Round]) {
+    let pairs: Vec<(&Results, &Results)> = rounds
+        .iter()
+        .filter_map(|r| Some((&r.results.first()?.1, r.baseline.as_ref()?)))
+        .collect();
+    if pairs.is_empty() {
+        return;
+    }
+    println!(
+        "The limit of a heartbeat: the same closed-loop generator against a bare hyper server that answers every request with 200 and nothing else (`baseline` in the bench), in the same rounds:"
+    );
+    println!();
+    println!("| heartbeat, closed loop | ours | baseline (bare hyper, 200 only) | ours ÷ baseline | by round |");
+    println!("|---|---:|---:|---:|---:|");
+    let get = |r: &Results, name: &str| r.metrics.iter().find(|m| m.name == name).map(|m| m.value);
+    for (name, decimals, higher_is_better) in [
+        ("heartbeat: server CPU ms per 1k requests", 1, false),
+        ("heartbeat: heartbeats/s", 0, true),
+        ("heartbeat: p99 latency (ms)", 2, false),
+    ] {
+        let per_round: Vec<(f64, f64, f64)> = pairs
+            .iter()
+            .filter_map(|(o, b)| {
+                let (o, b) = (get(o, name)?, get(b, name)?);
+                Some((o, b, o / b))
+            })
+            .collect();
+        // Least favourable to ours: the most CPU or latency, the fewest heartbeats per second.
+        let worst = per_round.iter().copied().reduce(|a, c| {
+            let worse = if higher_is_better { c.2 < a.2 } else { c.2 > a.2 };
+            if worse { c } else { a }
+        });
+        let Some((o, b, r)) = worst else { continue };
+        let by_round: Vec<String> = per_round.iter().map(|x| format!("{:.2}×", x.2)).collect();
+        println!(
+            "| {name} | {} | {} | {r:.2}× | {} |",
+            fmt_value(o, decimals),
+            fmt_value(b, decimals),
+            by_round.join(" / ")
+        );
+    }
+    println!();
 }
 
 fn ratio_is(better: Better) -> &'static str {
@@ -1483,7 +1692,7 @@ fn machine_note() -> String {
     )
 }
 
-fn print_report(s: &Settings, fx: &Fixture, results: &[(&str, Results)], elapsed: Duration) {
+fn print_report(s: &Settings, fx: &Fixture, rounds: &[Round], elapsed: Duration) {
     let n = fx.instances.len();
     let git = first_line(
         "git",
@@ -1558,7 +1767,13 @@ fn print_report(s: &Settings, fx: &Fixture, results: &[(&str, Results)], elapsed
         1000.0 / clk_tck()
     );
     println!();
-    let labels: Vec<&str> = results
+    println!(
+        "* Rounds: {} at this size, the servers' order reversed every other round. Each row quotes the round least favourable to ours (its values and its ratio) and lists every round's ratio; errors are the most seen in any round.",
+        rounds.len()
+    );
+    println!();
+    let first = &rounds[0].results;
+    let labels: Vec<&str> = first
         .iter()
         .map(|(l, _)| match *l {
             "ours" => "ours",
@@ -1566,40 +1781,88 @@ fn print_report(s: &Settings, fx: &Fixture, results: &[(&str, Results)], elapsed
             _ => "Java (RO cache off)",
         })
         .collect();
-    let (ours, javas) = results.split_first().expect("ours");
     let mut header = format!("| metric | {} |", labels[0]);
     let mut rule = "|---|---:|".to_string();
     for l in &labels[1..] {
-        header.push_str(&format!(" {l} | ratio |"));
-        rule.push_str("---:|---:|");
+        header.push_str(&format!(" {l} | ratio | by round |"));
+        rule.push_str("---:|---:|---:|");
     }
     header.push_str(" ratio is |");
     rule.push_str("---|");
     println!("{header}");
     println!("{rule}");
-    let by_name: Vec<HashMap<&str, &Metric>> = javas
+    // Per round, per server: metric name → metric.
+    let by_name: Vec<Vec<HashMap<&str, &Metric>>> = rounds
         .iter()
-        .map(|(_, r)| r.metrics.iter().map(|m| (m.name.as_str(), m)).collect())
+        .map(|r| {
+            r.results
+                .iter()
+                .map(|(_, res)| res.metrics.iter().map(|m| (m.name.as_str(), m)).collect())
+                .collect()
+        })
         .collect();
-    for m in &ours.1.metrics {
-        let mut line = format!("| {} | {} |", m.name, fmt_value(m.value, m.decimals));
-        for j in &by_name {
-            match j.get(m.name.as_str()) {
-                Some(jm) => line.push_str(&format!(
-                    " {} | {} |",
-                    fmt_value(jm.value, jm.decimals),
-                    ratio(m.value, jm.value, m.better)
-                )),
-                None => line.push_str(" – | – |"),
+    for m in &first[0].1.metrics {
+        let name = m.name.as_str();
+        let value = |round: usize, server: usize| by_name[round][server].get(name).map(|x| x.value);
+        let mut cells = String::new();
+        // Where no Java column has the row (or there is none), the worst of ours' rounds.
+        let values: Vec<f64> = (0..rounds.len()).filter_map(|r| value(r, 0)).collect();
+        let mut ours_value = match m.better {
+            Better::Higher => values.iter().copied().fold(f64::INFINITY, f64::min),
+            Better::Lower | Better::None => values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            Better::Info => m.value,
+        };
+        for j in 1..first.len() {
+            let per_round: Vec<(usize, f64, f64, f64)> = (0..rounds.len())
+                .filter_map(|r| {
+                    let (o, jv) = (value(r, 0)?, value(r, j)?);
+                    Some((r, o, jv, ratio_value(o, jv, m.better)))
+                })
+                .collect();
+            let worst = match m.better {
+                Better::None => per_round
+                    .iter()
+                    .copied()
+                    .reduce(|a, b| (a.0, a.1.max(b.1), a.2.max(b.2), f64::NAN)),
+                _ => per_round
+                    .iter()
+                    .copied()
+                    .filter(|x| x.3.is_finite())
+                    .min_by(|a, b| a.3.total_cmp(&b.3))
+                    .or_else(|| per_round.first().copied()),
+            };
+            let Some((_, o, jv, _)) = worst else {
+                cells.push_str(" – | – | – |");
+                continue;
+            };
+            if j == 1 {
+                ours_value = o;
             }
+            let by_round: Vec<String> = per_round.iter().map(|x| ratio(x.1, x.2, m.better)).collect();
+            cells.push_str(&format!(
+                " {} | {} | {} |",
+                fmt_value(jv, m.decimals),
+                ratio(o, jv, m.better),
+                by_round.join(" / ")
+            ));
         }
-        line.push_str(&format!(" {} |", ratio_is(m.better)));
-        println!("{line}");
+        println!(
+            "| {} | {} |{cells} {} |",
+            m.name,
+            fmt_value(ours_value, m.decimals),
+            ratio_is(m.better)
+        );
     }
     println!();
-    let notes: Vec<String> = results
+    print_baseline(rounds);
+    let notes: Vec<String> = rounds
         .iter()
-        .flat_map(|(l, r)| r.notes.iter().map(move |n| format!("* {l}: {n}")))
+        .enumerate()
+        .flat_map(|(i, r)| {
+            r.results
+                .iter()
+                .flat_map(move |(l, res)| res.notes.iter().map(move |n| format!("* round {}, {l}: {n}", i + 1)))
+        })
         .collect();
     if !notes.is_empty() {
         println!("Notes:");
@@ -1612,11 +1875,21 @@ fn print_report(s: &Settings, fx: &Fixture, results: &[(&str, Results)], elapsed
 }
 
 fn main() {
+    if let Ok(addr) = std::env::var(baseline::ADDR_VAR) {
+        baseline::serve(addr.parse().expect("the baseline's address"));
+        return;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("tokio runtime");
     runtime.block_on(run());
+}
+
+/// One round at one size: each server's results (ours first), and the baseline's.
+struct Round {
+    results: Vec<(&'static str, Results)>,
+    baseline: Option<Results>,
 }
 
 async fn run() {
@@ -1636,29 +1909,47 @@ async fn run() {
         };
         let started = Instant::now();
         let fx = Arc::new(Fixture::new(s.instances, s.storm_share));
-        let mut results: Vec<(&str, Results)> = Vec::new();
-
-        let ours = Target::ours().await;
-        results.push(("ours", measure(&ours, &fx, &s).await));
-        ours.stop();
-
-        let mut java_configs = vec![];
-        if s.java {
-            java_configs.push(true);
-        }
-        if s.java && s.java_nocache {
-            java_configs.push(false);
-        }
-        for ro_cache in java_configs {
-            eprintln!("starting the Java Eureka server (read-only response cache {ro_cache})");
-            let Some(java) = Target::java(ro_cache, &s.jvm_flags).await else {
-                return;
+        let mut rounds: Vec<Round> = Vec::new();
+        for round in 0..s.rounds {
+            let mut labels: Vec<Option<bool>> = vec![None];
+            if s.java {
+                labels.push(Some(true));
+            }
+            if s.java && s.java_nocache {
+                labels.push(Some(false));
+            }
+            // Every other round the servers go in the reverse order: whatever the machine does
+            // over time weighs on each side in turn.
+            if round % 2 == 1 {
+                labels.reverse();
+            }
+            let mut results: Vec<(&'static str, Results)> = Vec::new();
+            for which in labels {
+                eprintln!("round {} of {} at {n} instances: {which:?}", round + 1, s.rounds);
+                let target = match which {
+                    None => Target::ours().await,
+                    Some(ro_cache) => match Target::java(ro_cache, &s.jvm_flags).await {
+                        Some(t) => t,
+                        None => return,
+                    },
+                };
+                let label = target.label;
+                results.push((label, measure(&target, &fx, &s).await));
+                target.stop();
+            }
+            results.sort_by_key(|(l, _)| match *l {
+                "ours" => 0,
+                "java" => 1,
+                _ => 2,
+            });
+            let baseline = if s.baseline {
+                Some(measure_baseline(&fx, &s).await)
+            } else {
+                None
             };
-            let label = java.label;
-            results.push((label, measure(&java, &fx, &s).await));
-            java.stop();
+            rounds.push(Round { results, baseline });
         }
-        print_report(&s, &fx, &results, started.elapsed());
+        print_report(&s, &fx, &rounds, started.elapsed());
     }
     eprintln!("registry_vs_java: done in {:.0} s", run_started.elapsed().as_secs_f64());
 }

@@ -241,10 +241,7 @@ impl Puller {
         }
         self.since_figures = 0;
         let name = self.spec.name.clone();
-        let figures = self
-            .shared
-            .state
-            .with_registry(|r, _| r.link_figures().remove(&name).unwrap_or_default());
+        let figures = self.shared.state.with_registry(|r, _| r.link_figures_of(&name));
         self.shared
             .metrics
             .figures(&name, figures.instances, figures.hidden_by_local);

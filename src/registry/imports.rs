@@ -392,29 +392,41 @@ impl Registry {
 
     /// The figures of each link's copy, by link name.
     pub fn link_figures(&self) -> BTreeMap<String, LinkFigures> {
-        let mut out: BTreeMap<String, LinkFigures> = BTreeMap::new();
-        for (name, l) in &self.imports.links {
-            let mut f = LinkFigures {
-                hashcode: l.counts.hashcode(),
-                ..LinkFigures::default()
-            };
-            for (app, instances) in &l.apps {
-                for id in instances.keys() {
-                    f.instances += 1;
-                    if l.offer.holds(app, id) {
-                        f.shown += 1;
-                        continue;
-                    }
-                    match self.store.get(app, id).map(|e| &e.holding) {
-                        Some(Holding::Imported { link }) if link == name => f.shown += 1,
-                        Some(Holding::Imported { .. }) | None => {}
-                        Some(_) => f.hidden_by_local += 1,
-                    }
+        self.imports
+            .links
+            .iter()
+            .map(|(name, l)| (name.to_string(), self.figures_of(name, l)))
+            .collect()
+    }
+
+    /// The figures of one link's copy (the default for an unknown link); costs its size.
+    pub fn link_figures_of(&self, link: &str) -> LinkFigures {
+        match self.imports.links.get_key_value(link) {
+            Some((name, l)) => self.figures_of(name, l),
+            None => LinkFigures::default(),
+        }
+    }
+
+    fn figures_of(&self, name: &Arc<str>, l: &LinkCopy) -> LinkFigures {
+        let mut f = LinkFigures {
+            hashcode: l.counts.hashcode(),
+            ..LinkFigures::default()
+        };
+        for (app, instances) in &l.apps {
+            for id in instances.keys() {
+                f.instances += 1;
+                if l.offer.holds(app, id) {
+                    f.shown += 1;
+                    continue;
+                }
+                match self.store.get(app, id).map(|e| &e.holding) {
+                    Some(Holding::Imported { link }) if link == name => f.shown += 1,
+                    Some(Holding::Imported { .. }) | None => {}
+                    Some(_) => f.hidden_by_local += 1,
                 }
             }
-            out.insert(name.to_string(), f);
         }
-        out
+        f
     }
 
     /// The reconcile hash code of one link's copy (empty for an unknown link).

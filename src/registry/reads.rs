@@ -245,7 +245,7 @@ impl Registry {
             allow_access: self.preservation.allow_access(now),
             startup_time: self.preservation.startup_time,
             instances: self.store.counts().total(),
-            expired: self.store.expired(now, 0).count() as u64,
+            expired: self.store.expired_count(now),
             by_origin: Origin::ALL.map(|k| (k, self.store.held(k))),
             by_status: *self.store.counts(),
             applications: self.store.application_count(),

@@ -134,6 +134,10 @@ pub(super) struct Store {
     owners: Owners,
     /// The leases that expire, by the time they do: `(deadline, app, id)`.
     expiring: BTreeSet<(i64, Arc<str>, Arc<str>)>,
+    /// How many of those expire before a mark: `(mark, count)`, kept as leases come and go, so
+    /// that the count of expired leases (every scrape and dashboard view asks) costs only the
+    /// leases that expired since it was last asked.
+    expired_before: (i64, u64),
     /// The delta's change log, by application, pruned after the retention time.
     changes: ChangeLog,
     /// Bumped by every change a fetch shows (heartbeats do not).
@@ -186,6 +190,7 @@ impl Store {
             text_bytes: 0,
             owners: Owners::default(),
             expiring: BTreeSet::new(),
+            expired_before: (i64::MIN, 0),
             changes: ChangeLog::default(),
             version: 1,
             app_versions: HashMap::new(),
@@ -261,6 +266,33 @@ impl Store {
         self.expiring.range(..below).map(|(_, app, id)| (app, id))
     }
 
+    /// How many expiring leases are expired at `now` (what `expired(now, 0)` would list); costs
+    /// the leases that expired since the last call, or a scan of the expired ones if the clock
+    /// went back.
+    pub(super) fn expired_count(&mut self, now: i64) -> u64 {
+        let (mark, count) = self.expired_before;
+        let key = |t: i64| (t, Arc::<str>::from(""), Arc::<str>::from(""));
+        let count = if now >= mark {
+            count + self.expiring.range(key(mark)..key(now)).count() as u64
+        } else {
+            self.expiring.range(..key(now)).count() as u64
+        };
+        self.expired_before = (now, count);
+        count
+    }
+
+    fn expiring_insert(&mut self, d: i64, app: &Arc<str>, id: &Arc<str>) {
+        if self.expiring.insert((d, app.clone(), id.clone())) && d < self.expired_before.0 {
+            self.expired_before.1 += 1;
+        }
+    }
+
+    fn expiring_remove(&mut self, d: i64, app: &Arc<str>, id: &Arc<str>) {
+        if self.expiring.remove(&(d, app.clone(), id.clone())) && d < self.expired_before.0 {
+            self.expired_before.1 -= 1;
+        }
+    }
+
     /// The names `app` and `id` are stored under, shared (none when not stored).
     pub(super) fn keys(&self, app: &str, id: &str) -> Option<(Arc<str>, Arc<str>)> {
         let (app_key, instances) = self.apps.get_key_value(app)?;
@@ -306,7 +338,7 @@ impl Store {
         self.by_origin[slot(e.holding.kind())] = self.by_origin[slot(e.holding.kind())].saturating_sub(1);
         self.text_bytes -= counted_bytes(e);
         if let Some(d) = self.deadline(e) {
-            self.expiring.remove(&(d, app.clone(), id.clone()));
+            self.expiring_remove(d, app, id);
         }
     }
 
@@ -319,7 +351,7 @@ impl Store {
         self.by_origin[slot(e.holding.kind())] += 1;
         self.text_bytes += counted_bytes(e);
         if let Some(d) = self.deadline(e) {
-            self.expiring.insert((d, app.clone(), id.clone()));
+            self.expiring_insert(d, app, id);
         }
     }
 
@@ -400,11 +432,12 @@ impl Store {
             deadline(&renewed, &e.holding, mode),
         );
         if before != after {
+            let (app_key, id_key) = (app_key.clone(), id_key.clone());
             if let Some(d) = before {
-                self.expiring.remove(&(d, app_key.clone(), id_key.clone()));
+                self.expiring_remove(d, &app_key, &id_key);
             }
             if let Some(d) = after {
-                self.expiring.insert((d, app_key.clone(), id_key.clone()));
+                self.expiring_insert(d, &app_key, &id_key);
             }
         }
         let e = self.apps.get_mut(app)?.get_mut(id)?;
@@ -477,5 +510,8 @@ impl Store {
         assert_eq!(self.imported, imported, "the imported counts are out of step");
         assert_eq!(self.text_bytes, text_bytes, "the bytes of text are out of step");
         assert_eq!(self.expiring, expiring, "the expiry order is out of step");
+        let (mark, count) = self.expired_before;
+        let below = self.expiring.iter().filter(|(d, _, _)| *d < mark).count() as u64;
+        assert_eq!(count, below, "the count of leases expired before {mark} is out of step");
     }
 }

@@ -634,6 +634,25 @@ fn the_expired_count_follows_each_lease_in_both_modes() {
             "{mode:?}: two unrenewed leases expired"
         );
         assert_eq!(r.stats(T0 + 200_000).expired, 3, "{mode:?}: every client lease, no pod");
+        // The count is kept as leases come and go after it was taken: a renewal takes one out,
+        // a cancel another, and later expiries are added when next asked.
+        renew(&mut r, "ORDERS", "o-01", T0 + 200_000);
+        assert_eq!(r.stats(T0 + 200_000).expired, 2, "{mode:?}: renewed");
+        r.apply(
+            Command::Cancel {
+                app: "ORDERS".into(),
+                id: "o-02".into(),
+                writer: Writer::Client,
+            },
+            T0 + 200_000,
+        );
+        assert_eq!(r.stats(T0 + 200_000).expired, 1, "{mode:?}: cancelled");
+        assert_eq!(
+            r.stats(T0 + 400_000).expired,
+            2,
+            "{mode:?}: the renewed one expired again"
+        );
+        assert_eq!(r.stats(T0 + 400_000).expired, scan(&mut r, T0 + 400_000));
     }
 }
 
