@@ -44,7 +44,7 @@ use parking_lot::Mutex;
 
 use self::{
     body::{gzip_body, identity_body},
-    fragments::{Fragment, Fragments, Views, aged},
+    fragments::{Fragment, Fragments, Views, aged, chain},
 };
 use super::{
     Payload, Pieces,
@@ -324,7 +324,7 @@ impl Assembly {
                     for batch in names.chunks(BATCH_APPS) {
                         let views: Views =
                             source.read(|r| batch.iter().map(|n| (n.clone(), kind.view(r, n))).collect());
-                        self.apply(fragments, views, keep_text);
+                        self.apply(fragments, views);
                     }
                     fragments.built = version;
                     batched = true;
@@ -332,7 +332,7 @@ impl Assembly {
             }
         };
         fragments.built = snapshot.version;
-        self.apply(fragments, snapshot.views, keep_text);
+        self.apply(fragments, snapshot.views);
         self.assemble(
             fragments,
             snapshot.version,
@@ -344,12 +344,12 @@ impl Assembly {
 
     /// Encodes fresh views into fragments (outside the registry lock), dropping those of
     /// applications that are gone.
-    fn apply(&self, fragments: &mut Fragments, views: Views, keep_text: bool) {
+    fn apply(&self, fragments: &mut Fragments, views: Views) {
         let taken = Instant::now();
         for (name, view) in views {
             match view {
                 Some((view, version)) => {
-                    let f = Fragment::encode(&view, version, taken, self.format, keep_text);
+                    let f = Fragment::encode(&view, version, taken, self.format);
                     fragments.map.insert(name, f);
                 }
                 None => {
@@ -371,15 +371,9 @@ impl Assembly {
         let head = codec::apps_head(versions_delta, hashcode, format);
         let tail = codec::apps_tail(format);
         let sep = codec::separator(format);
+        chain(fragments, format, keep_text);
         let (gz, oldest) = gzip_body(fragments, &head, tail, sep);
-        let identity = if keep_text {
-            Some(identity_body(fragments, head, tail, sep, format))
-        } else {
-            for f in fragments.map.values_mut() {
-                f.text = None;
-            }
-            None
-        };
+        let identity = keep_text.then(|| identity_body(fragments, head, tail, sep, format));
         let n = fragments.map.len();
         let gzip_form = OnceLock::new();
         let _ = gzip_form.set(Bytes::from(gz));

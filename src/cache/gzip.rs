@@ -1,11 +1,18 @@
 //! A gzip member joined from independently compressed pieces, so that a payload made of cached
 //! parts is compressed part by part and a change recompresses only the part that changed.
 //!
-//! Each piece is a raw deflate stream of its own (no back-references outside it) ended by a sync
-//! flush, so it ends on a byte boundary with non-final blocks; any sequence of such pieces is one
-//! valid deflate stream. The member is the gzip header, the pieces, an empty final block, and
-//! the CRC-32 and length of the whole, the CRC combined from the pieces' own (RFC 1952), so
-//! every gzip reader sees one ordinary member.
+//! Each piece is a raw deflate stream ended by a sync flush, so it ends on a byte boundary with
+//! non-final blocks; any sequence of such pieces is one valid deflate stream. A piece is either
+//! independent (no back-references outside it) or compressed *after* a few bytes that precede it
+//! in the document ([`deflate_after`]): it may then refer back into them, which a decoder has in
+//! its window when the piece follows them, so that a document split into pieces compresses about
+//! as well as the whole. The member is the gzip header, the pieces, an empty final block, and the
+//! CRC-32 and length of the whole, the CRC combined from the pieces' own (RFC 1952), so every gzip
+//! reader sees one ordinary member.
+//!
+//! flate2's Rust backend has no preset dictionary for compression, so [`deflate_after`] primes
+//! the compressor by compressing those bytes first, sync-flushes (the window keeps them), and
+//! keeps only what the piece itself produced.
 
 use bytes::Bytes;
 
@@ -92,31 +99,50 @@ impl Sum {
 /// `data` as a raw deflate piece: its own stream, ended by a sync flush (so on a byte boundary,
 /// with no final block).
 pub fn deflate(data: &[u8], level: u32) -> Vec<u8> {
+    deflate_after(&[], data, level)
+}
+
+/// `data` as a raw deflate piece that may refer back into `dict`: valid wherever it follows a
+/// stream whose output ends with `dict` (at most 32 KiB are used), ended by a sync flush.
+pub fn deflate_after(dict: &[u8], data: &[u8], level: u32) -> Vec<u8> {
     let mut compress = flate2::Compress::new(flate2::Compression::new(level), false);
-    let mut out = Vec::with_capacity(data.len() / 8 + 64);
+    let mut out = Vec::with_capacity(data.len() / 8 + dict.len() / 4 + 64);
+    if !dict.is_empty() && !flush(&mut compress, dict, &mut out) {
+        return stored(data);
+    }
+    let primed = out.len();
+    if !flush(&mut compress, data, &mut out) || compress.total_in() != (dict.len() + data.len()) as u64 {
+        return stored(data);
+    }
+    if primed == 0 {
+        return out;
+    }
+    out[primed..].to_vec()
+}
+
+/// Compresses all of `data` into `out` and sync-flushes; false if the compressor refused.
+fn flush(compress: &mut flate2::Compress, data: &[u8], out: &mut Vec<u8>) -> bool {
+    let start = compress.total_in();
     loop {
         if out.capacity() - out.len() < 64 {
             out.reserve(out.capacity().max(1024));
         }
-        let consumed = usize::try_from(compress.total_in())
+        let consumed = usize::try_from(compress.total_in() - start)
             .unwrap_or(usize::MAX)
             .min(data.len());
         if compress
-            .compress_vec(&data[consumed..], &mut out, flate2::FlushCompress::Sync)
+            .compress_vec(&data[consumed..], out, flate2::FlushCompress::Sync)
             .is_err()
         {
-            // Not expected from a fresh stream with room to write; stay correct regardless.
-            return stored(data);
+            // Not expected with room to write; the caller then stays correct with stored blocks.
+            return false;
         }
         // A sync flush is complete once a call leaves room in the output.
         if consumed >= data.len() && out.len() < out.capacity() {
             break;
         }
     }
-    if compress.total_in() != data.len() as u64 || !out.ends_with(&SYNC_TAIL) {
-        return stored(data);
-    }
-    out
+    compress.total_in() - start == data.len() as u64 && out.ends_with(&SYNC_TAIL)
 }
 
 /// `data` in stored (uncompressed) blocks, ended like a sync flush.
@@ -153,6 +179,18 @@ pub fn member(pieces: &[&[u8]], sum: Sum) -> Bytes {
     }
     out.extend_from_slice(&trailer(sum));
     Bytes::from(out)
+}
+
+/// Inflates a piece compressed after `dict` ([`deflate_after`]).
+pub fn inflate_after(dict: &[u8], piece: &[u8]) -> std::io::Result<Vec<u8>> {
+    if dict.is_empty() {
+        return inflate(piece);
+    }
+    let mut stream = stored(dict);
+    stream.extend_from_slice(piece);
+    let mut out = inflate(&stream)?;
+    out.drain(..dict.len().min(out.len()));
+    Ok(out)
 }
 
 /// Inflates the pieces of one raw deflate stream that has no final block yet.
@@ -210,6 +248,36 @@ mod tests {
         assert_eq!(gunzip(&gz), parts.concat());
         // An empty member is valid too.
         assert!(gunzip(&member(&[], Sum::EMPTY)).is_empty());
+    }
+
+    #[test]
+    fn pieces_compressed_after_their_predecessors_tail_make_one_smaller_member() {
+        let parts: Vec<Vec<u8>> = (0..40)
+            .map(|i| {
+                format!("{{\"name\":\"APP-{i:03}\",\"instance\":[{{\"hostName\":\"10.0.0.{i}\",\"status\":\"UP\",\"dataCenterInfo\":{{\"name\":\"MyOwn\"}}}}]}},")
+                    .into_bytes()
+            })
+            .collect();
+        let mut pieces = Vec::new();
+        let mut prev: &[u8] = &[];
+        for p in &parts {
+            let dict = &prev[prev.len().saturating_sub(64)..];
+            let piece = deflate_after(dict, p, 6);
+            assert!(piece.ends_with(&SYNC_TAIL));
+            assert_eq!(
+                inflate_after(dict, &piece).unwrap(),
+                *p,
+                "each piece inflates after its dictionary"
+            );
+            pieces.push(piece);
+            prev = p;
+        }
+        let sum = parts.iter().fold(Sum::EMPTY, |s, p| s.then(Sum::of(p)));
+        let refs: Vec<&[u8]> = pieces.iter().map(Vec::as_slice).collect();
+        assert_eq!(gunzip(&member(&refs, sum)), parts.concat());
+        let alone: usize = parts.iter().map(|p| deflate(p, 6).len()).sum();
+        let after: usize = pieces.iter().map(Vec::len).sum();
+        assert!(after * 10 < alone * 7, "{after} bytes after the tails, {alone} alone");
     }
 
     fn p_raw<'a>(parts: &'a [Vec<u8>], pieces: &[Vec<u8>], p: &[u8]) -> &'a [u8] {

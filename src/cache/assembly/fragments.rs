@@ -1,6 +1,12 @@
 //! The fragments a payload is assembled from: one application's encoding as a deflate piece
 //! with its CRC-32 (and its text while identity forms are wanted), and which of them are due
 //! for a refresh as their lease timestamps age.
+//!
+//! Each piece but the first is compressed after the last [`WINDOW`] bytes of the fragment before
+//! it (see [`gzip::deflate_after`]): the first instance of an application then compresses as well
+//! as the others, and the document about as well as in one stream. A piece stays valid while the
+//! fragment before it is the one it was compressed after; [`chain`] recompresses those whose
+//! predecessor changed (a write recompresses its own application and the next one).
 
 use super::*;
 
@@ -11,32 +17,41 @@ pub(super) struct Fragment {
     /// When the view was taken (the age of its lease timestamps).
     pub(super) taken: Instant,
     pub(super) instances: usize,
-    /// The text followed by the separator, while identity forms are kept.
+    /// The text followed by the separator, while identity forms are kept (and from encoding
+    /// until the piece is compressed).
     pub(super) text: Option<Bytes>,
-    /// The text (without separator) as a deflate piece ending with an empty stored block.
+    /// The text (without separator) as a deflate piece ending with an empty stored block,
+    /// compressed after `dict` (empty until [`chain`] compresses it).
     pub(super) deflated: Bytes,
+    /// What the piece was compressed after: the previous fragment's `tail`, shared with it
+    /// (empty for the first); `None` until it is compressed.
+    pub(super) dict: Option<Bytes>,
+    /// The last [`WINDOW`] bytes of the text and the separator, a copy: what the next fragment's
+    /// piece is compressed after.
+    pub(super) tail: Bytes,
     /// Of the text without and with the separator.
     pub(super) plain: Sum,
     pub(super) separated: Sum,
 }
 
 impl Fragment {
-    pub(super) fn encode(view: &AppView, version: u64, taken: Instant, format: Format, keep_text: bool) -> Fragment {
+    /// The application's text; its piece is compressed by [`chain`], once the fragment before
+    /// it is known.
+    pub(super) fn encode(view: &AppView, version: u64, taken: Instant, format: Format) -> Fragment {
         let mut text = codec::encode_app_fragment(view, format);
         let plain = Sum::of(&text);
-        let mut deflated = gzip::deflate(&text, LEVEL);
-        deflated.shrink_to_fit();
         let sep = codec::separator(format);
+        text.extend_from_slice(sep);
+        text.shrink_to_fit();
+        let tail = Bytes::copy_from_slice(&text[text.len().saturating_sub(WINDOW)..]);
         Fragment {
             version,
             taken,
             instances: view.instances.len(),
-            text: keep_text.then(|| {
-                text.extend_from_slice(sep);
-                text.shrink_to_fit();
-                Bytes::from(text)
-            }),
-            deflated: Bytes::from(deflated),
+            text: Some(Bytes::from(text)),
+            deflated: Bytes::new(),
+            dict: None,
+            tail,
             plain,
             separated: plain.then(Sum::of(sep)),
         }
@@ -47,7 +62,8 @@ impl Fragment {
         if let Some(t) = &self.text {
             return t.clone();
         }
-        let mut text = gzip::inflate(&self.deflated).unwrap_or_default();
+        let dict = self.dict.as_deref().unwrap_or_default();
+        let mut text = gzip::inflate_after(dict, &self.deflated).unwrap_or_default();
         text.extend_from_slice(codec::separator(format));
         Bytes::from(text)
     }
@@ -59,6 +75,42 @@ pub(super) struct Fragments {
     /// The registry version every fragment is valid for (0: none yet).
     pub(super) built: u64,
     pub(super) map: BTreeMap<Arc<str>, Fragment>,
+}
+
+/// How many bytes at the end of a fragment the next one's piece is compressed after: one
+/// instance of a typical registration (JSON or XML, about 1 KiB), which is where most of what a
+/// piece can borrow is; a longer window costs memory per application and gained nothing in
+/// measurements (docs/src/performance/registry.md).
+pub(super) const WINDOW: usize = 1024;
+
+/// Whether `a` and `b` are the same shared bytes (a piece's dictionary and a tail).
+fn same(a: &Bytes, b: &Bytes) -> bool {
+    a.len() == b.len() && (a.is_empty() || a.as_ptr() == b.as_ptr())
+}
+
+/// Compresses every piece that is not compressed yet or whose predecessor changed, each after
+/// the tail of the fragment now before it; then drops texts that are not to be kept. Returns
+/// how many pieces it compressed.
+pub(super) fn chain(fragments: &mut Fragments, format: Format, keep_text: bool) -> usize {
+    let sep = codec::separator(format);
+    let mut before = Bytes::new();
+    let mut compressed = 0;
+    for f in fragments.map.values_mut() {
+        if !f.dict.as_ref().is_some_and(|d| same(d, &before)) {
+            let text = f.text_or_inflate(format);
+            let body = &text[..text.len() - sep.len()];
+            let mut piece = gzip::deflate_after(&before, body, LEVEL);
+            piece.shrink_to_fit();
+            f.deflated = Bytes::from(piece);
+            f.dict = Some(before.clone());
+            compressed += 1;
+        }
+        if !keep_text {
+            f.text = None;
+        }
+        before = f.tail.clone();
+    }
+    compressed
 }
 
 /// Applications' fresh views, with their versions (`None`: the application is gone).

@@ -159,7 +159,15 @@ fn a_write_reencodes_only_the_application_it_changed() {
     full.build_now(&s).unwrap();
     delta.build_now(&s).unwrap();
     let before = |a: &Assembly| a.fragments.lock().map.values().map(|f| f.version).collect::<Vec<_>>();
-    let (full_before, delta_before) = (before(&full), before(&delta));
+    let pieces = |a: &Assembly| {
+        a.fragments
+            .lock()
+            .map
+            .values()
+            .map(|f| f.deflated.as_ptr() as usize)
+            .collect::<Vec<_>>()
+    };
+    let (full_before, delta_before, pieces_before) = (before(&full), before(&delta), pieces(&full));
     s.set_status("APP-007", "app-7-1", Status::Down, T0 + 2_000);
     let p = full.build_now(&s).unwrap();
     let changed = |a: &Assembly, old: &[u64]| {
@@ -172,6 +180,11 @@ fn a_write_reencodes_only_the_application_it_changed() {
             .count()
     };
     assert_eq!(changed(&full, &full_before), 1, "one fragment of the full registry");
+    let recompressed = pieces(&full).iter().zip(&pieces_before).filter(|(a, b)| a != b).count();
+    assert_eq!(
+        recompressed, 2,
+        "its piece and the next one's, which is compressed after its tail"
+    );
     assert_eq!(
         String::from_utf8(gunzip(&p.gzip_ready().unwrap())).unwrap(),
         String::from_utf8(s.expected(Kind::Full, Format::Json)).unwrap()
