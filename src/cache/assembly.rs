@@ -2,9 +2,9 @@
 //! a write costs the encoding and compression of the applications it changed, not of the whole
 //! registry.
 //!
-//! Each fragment keeps its application's encoding compressed as an independent deflate piece
-//! (see [`super::gzip`]) with the CRC-32 of its text, and the text itself only while clients
-//! that do not take gzip are fetching. A payload is a new head (version and hash code), the
+//! Each fragment keeps its application's encoding compressed as a deflate piece (see
+//! [`super::gzip`]), compressed after the tail of the fragment before it, with the CRC-32 of its
+//! text, and the text itself only while clients that do not take gzip are fetching. A payload is a new head (version and hash code), the
 //! fragments in name order and a tail: its gzip form is the pieces copied one after the other
 //! with a combined CRC-32, its identity form the fragments' shared bytes, never copied.
 //!
