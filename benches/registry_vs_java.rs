@@ -1768,7 +1768,7 @@ fn print_report(s: &Settings, fx: &Fixture, rounds: &[Round], elapsed: Duration)
     );
     println!();
     println!(
-        "* Rounds: {} at this size, the servers' order reversed every other round. Each row quotes the round least favourable to ours (its values and its ratio) and lists every round's ratio; errors are the most seen in any round.",
+        "* Rounds: {} at this size, the servers' order reversed every other round. Each row quotes the round least favourable to ours (its values and its ratio; for information rows, the one where ours is largest) and lists every round's ratio; errors are the most seen in any round.",
         rounds.len()
     );
     println!();
@@ -1824,6 +1824,14 @@ fn print_report(s: &Settings, fx: &Fixture, rounds: &[Round], elapsed: Duration)
                     .iter()
                     .copied()
                     .reduce(|a, b| (a.0, a.1.max(b.1), a.2.max(b.2), f64::NAN)),
+                // Information rows are ours ÷ Java of bytes, instances or the generator's CPU:
+                // more of ours is the less favourable round.
+                Better::Info => per_round
+                    .iter()
+                    .copied()
+                    .filter(|x| x.3.is_finite())
+                    .max_by(|a, b| a.3.total_cmp(&b.3))
+                    .or_else(|| per_round.first().copied()),
                 _ => per_round
                     .iter()
                     .copied()
