@@ -103,15 +103,23 @@ impl LinkCredentials {
     }
 
     fn admits(&self, authorization: Option<&str>) -> bool {
-        let mut state = self.state.lock();
-        if state.0.elapsed() >= LINK_FILE_RECHECK {
-            state.0 = Instant::now();
+        // One request reads the (small, mounted) file when it is due, without holding the lock
+        // while it does; the others go on with the pairs read before.
+        let due = {
+            let mut state = self.state.lock();
+            let due = state.0.elapsed() >= LINK_FILE_RECHECK;
+            if due {
+                state.0 = Instant::now();
+            }
+            due
+        };
+        if due {
             match read_pairs(&self.path) {
-                Ok(pairs) => state.1 = pairs,
+                Ok(pairs) => self.state.lock().1 = pairs,
                 Err(e) => tracing::warn!(error = %e, "keeping the link credentials read before"),
             }
         }
-        state.1.iter().any(|c| c.admits(authorization))
+        self.state.lock().1.iter().any(|c| c.admits(authorization))
     }
 }
 

@@ -132,18 +132,61 @@ pub(super) struct Store {
     text_bytes: usize,
     /// The instances each EurekaApp holds (pod and adopted).
     owners: Owners,
-    /// The leases that expire, by the time they do: `(deadline, app, id)`.
-    expiring: BTreeSet<(i64, Arc<str>, Arc<str>)>,
-    /// How many of those expire before a mark: `(mark, count)`, kept as leases come and go, so
-    /// that the count of expired leases (every scrape and dashboard view asks) costs only the
-    /// leases that expired since it was last asked.
-    expired_before: (i64, u64),
+    /// The leases that expire, by the time they do.
+    expiring: ExpiryOrder,
     /// The delta's change log, by application, pruned after the retention time.
     changes: ChangeLog,
     /// Bumped by every change a fetch shows (heartbeats do not).
     version: u64,
     /// The registry version of each application's last change (for per-application caches).
     app_versions: HashMap<Arc<str>, u64>,
+}
+
+/// The expiring leases by deadline, `(deadline, app, id)`, and how many of them expire before a
+/// mark, kept as leases come and go, so that the count of expired leases (every scrape and
+/// dashboard view asks) costs only the leases that expired since it was last asked.
+#[derive(Clone, Debug)]
+struct ExpiryOrder {
+    leases: BTreeSet<(i64, Arc<str>, Arc<str>)>,
+    /// `(mark, count)`: `count` leases have a deadline before `mark`.
+    expired_before: (i64, u64),
+}
+
+impl Default for ExpiryOrder {
+    fn default() -> ExpiryOrder {
+        ExpiryOrder {
+            leases: BTreeSet::new(),
+            expired_before: (i64::MIN, 0),
+        }
+    }
+}
+
+impl ExpiryOrder {
+    fn insert(&mut self, d: i64, app: &Arc<str>, id: &Arc<str>) {
+        if self.leases.insert((d, app.clone(), id.clone())) && d < self.expired_before.0 {
+            self.expired_before.1 += 1;
+        }
+    }
+
+    fn remove(&mut self, d: i64, app: &Arc<str>, id: &Arc<str>) {
+        if self.leases.remove(&(d, app.clone(), id.clone())) && d < self.expired_before.0 {
+            self.expired_before.1 -= 1;
+        }
+    }
+
+    /// Costs the leases that expired since the last call, or a scan of the expired ones if the
+    /// clock went back.
+    fn expired_count(&mut self, now: i64) -> u64 {
+        let (mark, count) = self.expired_before;
+        let key = |t: i64| (t, Arc::<str>::from(""), Arc::<str>::from(""));
+        let count = if now >= mark {
+            count + self.leases.range(key(mark)..key(now)).count() as u64
+        } else {
+            self.leases.range(..key(now)).count() as u64
+        };
+        self.expired_before = (now, count);
+        count
+    }
 }
 
 /// The position of an origin in [`Store::by_origin`].
@@ -189,8 +232,7 @@ impl Store {
             imported: StatusCounts::default(),
             text_bytes: 0,
             owners: Owners::default(),
-            expiring: BTreeSet::new(),
-            expired_before: (i64::MIN, 0),
+            expiring: ExpiryOrder::default(),
             changes: ChangeLog::default(),
             version: 1,
             app_versions: HashMap::new(),
@@ -263,34 +305,12 @@ impl Store {
     pub(super) fn expired(&self, now: i64, additional_ms: i64) -> impl Iterator<Item = (&Arc<str>, &Arc<str>)> {
         // `now > deadline + additional` ⇔ `deadline < now - additional`.
         let below: (i64, Arc<str>, Arc<str>) = (now.saturating_sub(additional_ms), Arc::from(""), Arc::from(""));
-        self.expiring.range(..below).map(|(_, app, id)| (app, id))
+        self.expiring.leases.range(..below).map(|(_, app, id)| (app, id))
     }
 
-    /// How many expiring leases are expired at `now` (what `expired(now, 0)` would list); costs
-    /// the leases that expired since the last call, or a scan of the expired ones if the clock
-    /// went back.
+    /// How many expiring leases are expired at `now` (what `expired(now, 0)` would list).
     pub(super) fn expired_count(&mut self, now: i64) -> u64 {
-        let (mark, count) = self.expired_before;
-        let key = |t: i64| (t, Arc::<str>::from(""), Arc::<str>::from(""));
-        let count = if now >= mark {
-            count + self.expiring.range(key(mark)..key(now)).count() as u64
-        } else {
-            self.expiring.range(..key(now)).count() as u64
-        };
-        self.expired_before = (now, count);
-        count
-    }
-
-    fn expiring_insert(&mut self, d: i64, app: &Arc<str>, id: &Arc<str>) {
-        if self.expiring.insert((d, app.clone(), id.clone())) && d < self.expired_before.0 {
-            self.expired_before.1 += 1;
-        }
-    }
-
-    fn expiring_remove(&mut self, d: i64, app: &Arc<str>, id: &Arc<str>) {
-        if self.expiring.remove(&(d, app.clone(), id.clone())) && d < self.expired_before.0 {
-            self.expired_before.1 -= 1;
-        }
+        self.expiring.expired_count(now)
     }
 
     /// The names `app` and `id` are stored under, shared (none when not stored).
@@ -338,7 +358,7 @@ impl Store {
         self.by_origin[slot(e.holding.kind())] = self.by_origin[slot(e.holding.kind())].saturating_sub(1);
         self.text_bytes -= counted_bytes(e);
         if let Some(d) = self.deadline(e) {
-            self.expiring_remove(d, app, id);
+            self.expiring.remove(d, app, id);
         }
     }
 
@@ -351,7 +371,7 @@ impl Store {
         self.by_origin[slot(e.holding.kind())] += 1;
         self.text_bytes += counted_bytes(e);
         if let Some(d) = self.deadline(e) {
-            self.expiring_insert(d, app, id);
+            self.expiring.insert(d, app, id);
         }
     }
 
@@ -432,12 +452,11 @@ impl Store {
             deadline(&renewed, &e.holding, mode),
         );
         if before != after {
-            let (app_key, id_key) = (app_key.clone(), id_key.clone());
             if let Some(d) = before {
-                self.expiring_remove(d, &app_key, &id_key);
+                self.expiring.remove(d, app_key, id_key);
             }
             if let Some(d) = after {
-                self.expiring_insert(d, &app_key, &id_key);
+                self.expiring.insert(d, app_key, id_key);
             }
         }
         let e = self.apps.get_mut(app)?.get_mut(id)?;
@@ -509,9 +528,9 @@ impl Store {
         assert_eq!(self.by_origin, by_origin, "the counts by origin are out of step");
         assert_eq!(self.imported, imported, "the imported counts are out of step");
         assert_eq!(self.text_bytes, text_bytes, "the bytes of text are out of step");
-        assert_eq!(self.expiring, expiring, "the expiry order is out of step");
-        let (mark, count) = self.expired_before;
-        let below = self.expiring.iter().filter(|(d, _, _)| *d < mark).count() as u64;
+        assert_eq!(self.expiring.leases, expiring, "the expiry order is out of step");
+        let (mark, count) = self.expiring.expired_before;
+        let below = self.expiring.leases.iter().filter(|(d, _, _)| *d < mark).count() as u64;
         assert_eq!(count, below, "the count of leases expired before {mark} is out of step");
     }
 }

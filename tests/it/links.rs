@@ -43,6 +43,19 @@ fn link(name: &str, urls: &[String], extra: &str) -> String {
     s
 }
 
+/// A link to `east` that reads its credentials from files, withdrawn 4 s after a silence.
+fn link_with_credentials(urls: &[String], user_file: &Path, password_file: &Path) -> String {
+    link(
+        "east",
+        urls,
+        &format!(
+            "pollIntervalMs: 200\nstaleAfterSeconds: 2\nwithdrawAfterSeconds: 4\nonWithdraw: Always\nusernameFile: {}\npasswordFile: {}",
+            user_file.display(),
+            password_file.display()
+        ),
+    )
+}
+
 fn write(path: &Path, text: &str) {
     // Written aside and renamed, as a kubelet swaps a mounted file: never read half-written.
     let tmp = path.with_extension("tmp");
@@ -565,18 +578,7 @@ async fn a_replica_starts_ready_without_an_unreachable_source_and_survives_a_wro
     write(&user_file, "reader\n");
     write(&password_file, "s3cret\n");
     let file = dir.path().join("west.yaml");
-    write(
-        &file,
-        &link(
-            "east",
-            &east.urls,
-            &format!(
-                "pollIntervalMs: 200\nstaleAfterSeconds: 2\nwithdrawAfterSeconds: 4\nonWithdraw: Always\nusernameFile: {}\npasswordFile: {}",
-                user_file.display(),
-                password_file.display()
-            ),
-        ),
-    );
+    write(&file, &link_with_credentials(&east.urls, &user_file, &password_file));
     // East is down: west is ready after the start-up timeout, with a warning.
     let started = Instant::now();
     let w = start(&west, Some(&file), &["--remote-initial-sync-timeout-ms", "2000"]).await;
@@ -692,18 +694,7 @@ async fn link_credentials_read_only_and_rotate_on_both_sides_without_the_copy_sh
         403
     );
     let file = dir.path().join("west.yaml");
-    write(
-        &file,
-        &link(
-            "east",
-            &east.urls,
-            &format!(
-                "pollIntervalMs: 200\nstaleAfterSeconds: 2\nwithdrawAfterSeconds: 4\nonWithdraw: Always\nusernameFile: {}\npasswordFile: {}",
-                user_file.display(),
-                password_file.display()
-            ),
-        ),
-    );
+    write(&file, &link_with_credentials(&east.urls, &user_file, &password_file));
     let w = start(&west, Some(&file), &[]).await;
     let all = set([("ORDERS", "o-1"), ("ORDERS", "o-2"), ("ORDERS", "o-3")]);
     wait_shown(&[&w[0]], &all, "east's instances through the link credentials").await;

@@ -222,25 +222,31 @@ impl Registry {
     /// ids no earlier link offered (the main view's ids are never on offer).
     fn offered_in_view(&self, links: &[Arc<str>]) -> BTreeMap<String, Vec<InstanceView>> {
         let mut added: BTreeMap<String, Vec<InstanceView>> = BTreeMap::new();
-        let mut seen: BTreeSet<(&str, &str)> = BTreeSet::new();
-        for l in links.iter().filter_map(|n| self.imports.links.get(n)) {
-            for (app, instances) in &l.offer.apps {
-                for (id, view) in instances {
-                    if seen.insert((app, id)) {
-                        added.entry(app.clone()).or_default().push(view.clone());
-                    }
-                }
-            }
-        }
+        self.each_offered(links, |app, view| {
+            added.entry(app.to_string()).or_default().push(view.clone())
+        });
         added
     }
 
     /// The counts by status of the regions view of `links`.
     fn regions_counts(&self, links: &[Arc<str>]) -> StatusCounts {
         let mut counts = *self.store.counts();
-        for view in self.offered_in_view(links).values().flatten() {
-            counts.add(view.status());
-        }
+        self.each_offered(links, |_, view| counts.add(view.status()));
         counts
+    }
+
+    /// Calls `f` with each instance the named links add to the main view (see
+    /// [`Registry::offered_in_view`]).
+    fn each_offered(&self, links: &[Arc<str>], mut f: impl FnMut(&str, &InstanceView)) {
+        let mut seen: BTreeSet<(&str, &str)> = BTreeSet::new();
+        for l in links.iter().filter_map(|n| self.imports.links.get(n)) {
+            for (app, instances) in &l.offer.apps {
+                for (id, view) in instances {
+                    if seen.insert((app, id)) {
+                        f(app, view);
+                    }
+                }
+            }
+        }
     }
 }
