@@ -49,6 +49,14 @@ pub const ALL: &[(&str, &str)] = &[
         "wrong-hashcode",
         "full and delta payloads carry an apps__hashcode one instance off",
     ),
+    (
+        "offer-forgets-removals",
+        "an instance an on-request link no longer offers leaves its `?regions=` view without a DELETED entry in the delta",
+    ),
+    (
+        "stale-piece-window",
+        "a payload piece is not recompressed when the fragment before it, which it refers back into, changed",
+    ),
 ];
 
 /// Whether the mutant `name` is on.

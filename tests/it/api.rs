@@ -266,6 +266,41 @@ async fn gzip_is_served_for_full_and_delta_fetches() {
     }
 }
 
+/// Each application's gzip piece refers back into the one before it: a write to an application
+/// must recompress the next one's piece too, or the document no longer inflates to the text.
+#[tokio::test]
+async fn gzip_payloads_stay_whole_after_a_write_to_the_application_before_another() {
+    let (app, _) = app();
+    for name in ["AAA", "BBB", "CCC"] {
+        for i in 0..3 {
+            register(&app, name, &format!("{}-{i}", name.to_lowercase())).await;
+        }
+    }
+    for round in 0..2 {
+        for uri in ["/eureka/apps/", "/eureka/apps/delta"] {
+            let get = |gzip: bool| {
+                let mut r = req("GET", uri).header("accept", "application/json");
+                if gzip {
+                    r = r.header("accept-encoding", "gzip");
+                }
+                r.body(Body::empty()).unwrap()
+            };
+            let plain = call(&app, get(false)).await;
+            let gz = call(&app, get(true)).await;
+            let mut out = Vec::new();
+            let inflated = flate2::read::GzDecoder::new(&gz.body[..]).read_to_end(&mut out);
+            assert!(inflated.is_ok(), "{uri}, round {round}: {inflated:?}");
+            assert_eq!(
+                String::from_utf8_lossy(&out),
+                String::from_utf8_lossy(&plain.body),
+                "{uri}, round {round}"
+            );
+        }
+        // A new last instance of the first application changes the bytes BBB's piece follows.
+        register(&app, "AAA", "aaa-9").await;
+    }
+}
+
 #[tokio::test]
 async fn delta_carries_action_types_and_the_full_hash() {
     let (app, _) = app();

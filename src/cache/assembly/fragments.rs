@@ -98,7 +98,11 @@ pub(super) fn chain(fragments: &mut Fragments, format: Format, keep_text: bool) 
     let mut before = Bytes::new();
     let mut compressed = 0;
     for f in fragments.map.values_mut() {
-        if !f.dict.as_ref().is_some_and(|d| same(d, &before)) {
+        let fresh = f
+            .dict
+            .as_ref()
+            .is_some_and(|d| same(d, &before) || crate::mutants::on("stale-piece-window"));
+        if !fresh {
             let text = f.text_or_inflate(format);
             let body = &text[..text.len() - sep.len()];
             let mut piece = gzip::deflate_after(&before, body, LEVEL);

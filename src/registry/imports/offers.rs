@@ -104,7 +104,7 @@ impl Registry {
                 after.insert(id.clone(), offered(info, old, now));
             }
             for (id, view) in &before {
-                if !after.contains_key(id) {
+                if !after.contains_key(id) && !crate::mutants::on("offer-forgets-removals") {
                     let gone = withdrawn(view, now);
                     l.offer
                         .log
