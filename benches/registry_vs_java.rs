@@ -23,6 +23,9 @@
 //! and `EO_BENCH_BASELINE` (1: each round also drives [`baseline`], a bare hyper server that
 //! answers every heartbeat with 200 and nothing else, with the same closed-loop generator: the
 //! limit of a heartbeat on this machine).
+//!
+//! Ours runs with its default flags, except `--max-instances` from 100,000 instances up, where the
+//! default cap is below what a run registers at once (the report says so); Java has no such cap.
 
 #[path = "../tests/it/common"]
 #[allow(dead_code)]
@@ -999,11 +1002,22 @@ struct Target {
     handle: Handle,
 }
 
+/// The `--max-instances` ours needs for `fx` when the default cap is below what the run registers
+/// at once (the instances, the storm's successors before their predecessors go, the probe): from
+/// 100,000 instances up. Java has no such cap.
+fn ours_max_instances(fx: &Fixture) -> Option<usize> {
+    let needed = fx.instances.len() + fx.successors.len() + 1;
+    (needed > eureka_operator::registry::limits::Limits::DEFAULT_MAX_INSTANCES).then_some(needed * 2)
+}
+
 impl Target {
-    async fn ours() -> Target {
+    async fn ours(max_instances: Option<usize>) -> Target {
         let started = Instant::now();
-        // Default flags (EUREKA_LOG=info is the default; the harness would turn on debug).
-        let server = Server::start_with_env(IP, &[], &[("EUREKA_LOG", "info")]).await;
+        // Default flags (EUREKA_LOG=info is the default; the harness would turn on debug), but
+        // for the cap on instances where the run needs more.
+        let cap = max_instances.map(|m| m.to_string());
+        let args: Vec<&str> = cap.iter().flat_map(|m| ["--max-instances", m.as_str()]).collect();
+        let server = Server::start_with_env(IP, &args, &[("EUREKA_LOG", "info")]).await;
         Target {
             label: "ours",
             base: server.url(),
@@ -1713,8 +1727,14 @@ fn print_report(s: &Settings, fx: &Fixture, rounds: &[Round], elapsed: Duration)
     } else {
         "from `EO_BENCH_JVM_FLAGS`"
     };
+    let ours_flags = match ours_max_instances(fx) {
+        Some(m) => format!(
+            "default flags but `--max-instances {m}`: the default cap is below what this size registers at once"
+        ),
+        None => "default flags".to_string(),
+    };
     println!(
-        "* Versions: eureka-operator {git} (release build, default flags); {}; JVM flags `{flags}` ({origin}).",
+        "* Versions: eureka-operator {git} (release build, {ours_flags}); {}; JVM flags `{flags}` ({origin}).",
         first_line("java", &["-version"]),
     );
     println!(
@@ -1935,7 +1955,7 @@ async fn run() {
             for which in labels {
                 eprintln!("round {} of {} at {n} instances: {which:?}", round + 1, s.rounds);
                 let target = match which {
-                    None => Target::ours().await,
+                    None => Target::ours(ours_max_instances(&fx)).await,
                     Some(ro_cache) => match Target::java(ro_cache, &s.jvm_flags).await {
                         Some(t) => t,
                         None => return,

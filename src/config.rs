@@ -69,6 +69,11 @@ pub struct Args {
     #[arg(long, env = "EUREKA_SHUTDOWN_DELAY_MS", default_value_t = 0)]
     pub shutdown_delay_ms: u64,
 
+    /// How often the heap's free pages are given back to the kernel (`malloc_trim`: glibc keeps
+    /// the pages a burst freed in the middle of the heap resident otherwise). 0 never does.
+    #[arg(long, env = "EUREKA_MEMORY_TRIM_INTERVAL_MS", default_value_t = 10_000)]
+    pub memory_trim_interval_ms: u64,
+
     #[command(flatten)]
     pub serving: serving::ServingArgs,
 

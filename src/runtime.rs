@@ -211,6 +211,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         supervisor.shutdown(),
     );
     supervisor.spawn("timers", Expect::RunsForever, timers);
+    if crate::memory::TRIMMABLE && args.memory_trim_interval_ms > 0 {
+        let metrics = crate::memory::TrimMetrics::default();
+        shared.metrics.with_prometheus(|r| metrics.register(r));
+        let interval = Duration::from_millis(args.memory_trim_interval_ms);
+        let trims = crate::memory::run(interval, metrics, supervisor.shutdown());
+        supervisor.spawn("memory trim", Expect::RunsForever, trims);
+    }
     let delay = Duration::from_millis(args.shutdown_delay_ms);
     supervisor.run(stop_requested(delay, shared.health.clone())).await?;
     drop(cluster);
@@ -474,6 +481,7 @@ pub fn metrics_catalogue() -> Arc<Metrics> {
         links::LinkMetrics::default().register(r);
         api::server::ServerMetrics::default().register(r);
         crate::tls::ReloadMetrics::default().register(r);
+        crate::memory::TrimMetrics::default().register(r);
     });
     metrics
 }

@@ -2,7 +2,8 @@
 //! on a control plane of the test's own (kube-controller-manager, kube-scheduler, kwok). Prints the
 //! time to the first complete registry after the operator starts, Ready→visible latencies during a
 //! rollout of a tenth of the pods, the operator's CPU (from /proc) and its resident memory per
-//! watched pod, unselected and registered.
+//! watched pod, unselected and registered (all of it and its anonymous part, each read after the
+//! operator trimmed its heap), and what a further quarter of the namespaces registered adds.
 //!
 //! `EO_SCALE_PODS` sets the size: 300 by default (CI), `EO_SCALE_PODS=5000` for the full run
 //! (100 namespaces of 50 pods, 50 EurekaApps, a 500-pod rollout).
@@ -47,25 +48,69 @@ fn cpu_seconds(pid: i32) -> f64 {
     ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
 }
 
-/// Resident set size in bytes (VmRSS).
-fn rss_bytes(pid: i32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc/pid/status");
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .expect("VmRSS");
-    kb * 1024
+/// Resident memory of a process, in bytes: all of it (VmRSS), and its anonymous part (RssAnon:
+/// the heap, stacks, everything but pages of mapped files; those are mostly the binary's code,
+/// which grows with the code paths run, not with the pods).
+#[derive(Clone, Copy, Debug)]
+struct Rss {
+    total: f64,
+    anon: f64,
 }
 
-/// RSS once it has settled (two readings 1 s apart within 1 %), or the last reading after 10 s.
-async fn settled_rss(pid: i32) -> u64 {
-    let mut last = rss_bytes(pid);
+impl Rss {
+    fn of(pid: i32) -> Rss {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc/pid/status");
+        let kib = |field: &str| -> f64 {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(field))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or_else(|| panic!("{field} in /proc/{pid}/status"))
+        };
+        Rss {
+            total: kib("VmRSS:") * 1024.0,
+            anon: kib("RssAnon:") * 1024.0,
+        }
+    }
+
+    /// Each figure's `(self − minus) ÷ per`.
+    fn share(self, minus: Rss, per: f64) -> Rss {
+        Rss {
+            total: (self.total - minus.total) / per,
+            anon: (self.anon - minus.anon) / per,
+        }
+    }
+
+    /// Each figure times `n`.
+    fn times(self, n: f64) -> Rss {
+        Rss {
+            total: self.total * n,
+            anon: self.anon * n,
+        }
+    }
+}
+
+/// RSS once the operator has given its heap's free pages back since this call (a build that does
+/// not trim, through `EO_OPERATOR_BIN`, is read at once) and the reading has settled (two readings
+/// 1 s apart within 1 %, or the last reading after 10 s).
+async fn settled_rss(server: &Server) -> Rss {
+    const TRIMS: &str = "eureka_memory_trim_duration_seconds_count";
+    if let Some(before) = server.metric(TRIMS).await {
+        wait_for(
+            "a heap trim",
+            Duration::from_secs(30),
+            Duration::from_millis(200),
+            || async { (server.metric(TRIMS).await? > before).then_some(()) },
+        )
+        .await;
+    }
+    let pid = server.proc.pid();
+    let mut last = Rss::of(pid);
     for _ in 0..10 {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let now = rss_bytes(pid);
-        if now.abs_diff(last) * 100 <= last {
+        let now = Rss::of(pid);
+        if (now.total - last.total).abs() * 100.0 <= last.total {
             return now;
         }
         last = now;
@@ -207,7 +252,7 @@ async fn scale_thousands_of_pods_on_fake_nodes() {
     // Memory: an operator watching an empty namespace (the base), then one watching every
     // namespace while no pod is selected yet.
     let (base, _base_dir) = operator(&cluster, "scale-base", Some("scale-empty")).await;
-    let rss_base = settled_rss(base.proc.pid()).await;
+    let rss_base = settled_rss(&base).await;
     drop(base);
     let (uns, _uns_dir) = operator(&cluster, "scale-unselected", None).await;
     wait_for(
@@ -220,9 +265,9 @@ async fn scale_thousands_of_pods_on_fake_nodes() {
         },
     )
     .await;
-    let rss_unselected = settled_rss(uns.proc.pid()).await;
+    let rss_unselected = settled_rss(&uns).await;
     drop(uns);
-    let per_unselected = rss_unselected.saturating_sub(rss_base) as f64 / pods as f64;
+    let per_unselected = rss_unselected.share(rss_base, pods as f64);
 
     // Half the namespaces get an EurekaApp; then a fresh operator is timed to its first
     // complete registry.
@@ -247,14 +292,41 @@ async fn scale_thousands_of_pods_on_fake_nodes() {
     )
     .await;
     let cpu_start = cpu_seconds(op.proc.pid());
-    let rss_all = settled_rss(op.proc.pid()).await;
+    let rss_all = settled_rss(&op).await;
     let cpu_idle_from = (Instant::now(), cpu_seconds(op.proc.pid()));
     tokio::time::sleep(Duration::from_secs(5)).await;
     let cpu_idle = (cpu_seconds(op.proc.pid()) - cpu_idle_from.1) / cpu_idle_from.0.elapsed().as_secs_f64();
 
     let unselected_pods = pods - registered;
-    let per_registered =
-        (rss_all.saturating_sub(rss_base) as f64 - per_unselected * unselected_pods as f64) / registered as f64;
+    let per_registered = rss_all
+        .share(rss_base, 1.0)
+        .share(per_unselected.times(unselected_pods as f64), registered as f64);
+
+    // A further share of the namespaces registered, pods the operator already watched: what each
+    // further registered pod costs (the slope), apart from what a loaded operator holds at any
+    // size (connection buffers, task and channel blocks, code paths run once).
+    let further_ns = (namespaces / 4).clamp(1, namespaces - registered_ns);
+    for (i, ns) in names[registered_ns..registered_ns + further_ns].iter().enumerate() {
+        eureka_app(
+            &cluster,
+            ns,
+            "svc",
+            &format!(
+                "  appName: svc-{:03}\n  selector:\n    matchLabels: {{app: svc}}\n  port: http\n  drainSeconds: 1\n",
+                registered_ns + i
+            ),
+        );
+    }
+    let further = further_ns * per;
+    wait_for(
+        "the further registrations",
+        Duration::from_secs(60 + further as u64 / 20),
+        Duration::from_millis(200),
+        || async { (up_instances(&op).await == registered + further).then_some(()) },
+    )
+    .await;
+    let rss_further = settled_rss(&op).await;
+    let per_further = rss_further.share(rss_all, further as f64);
 
     // A rollout of a tenth of the pods (whole Deployments of registered namespaces).
     let roll_ns: Vec<String> = names[..(pods / 10).div_ceil(per).clamp(1, registered_ns)].to_vec();
@@ -380,14 +452,16 @@ async fn scale_thousands_of_pods_on_fake_nodes() {
     let mut lat: Vec<Duration> = ready.iter().map(|(k, r)| up[k].saturating_duration_since(*r)).collect();
     lat.sort();
     let log = op.proc.log();
-    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    let mib = |b: f64| b / (1024.0 * 1024.0);
     println!(
         "SCALE pods={pods} namespaces={namespaces} eurekaapps={registered_ns} registered={registered} unselected={unselected_pods} \
          nodes={nodes} cluster_filled_in={:.1}s first_complete_registry={} ms (operator start to {registered} UP in a full fetch) \
          operator_cpu_to_first_complete={:.2}s (of which before /readyz {cpu_at_start:.2}s) operator_cpu_idle={:.3} cores \
          rollout pods={rolled} deployments={} complete_in={:.1}s operator_cpu_during_rollout={cpu_roll:.2}s \
          ready_to_visible n={} p50={} ms p99={} ms max={} ms (every rolled app fetched every 100 ms) operator={} \
-         rss_base={:.1} MiB rss_all={:.1} MiB rss_all_unselected={:.1} MiB per_unselected_pod={:.0} B per_registered_pod={:.0} B",
+         rss_base={:.1} MiB rss_all={:.1} MiB rss_all_unselected={:.1} MiB per_unselected_pod={:.0} B per_registered_pod={:.0} B \
+         anonymous: rss_base={:.1} MiB rss_all={:.1} MiB rss_all_unselected={:.1} MiB per_unselected_pod={:.0} B per_registered_pod={:.0} B \
+         further: registered={further} rss={:.1} MiB anonymous_rss={:.1} MiB per_registered_pod={:.0} B anonymous={:.0} B (its watch not included)",
         filled.as_secs_f64(),
         first_complete.as_millis(),
         cpu_start,
@@ -399,11 +473,20 @@ async fn scale_thousands_of_pods_on_fake_nodes() {
         percentile(&lat, 99).as_millis(),
         lat.last().unwrap().as_millis(),
         std::env::var("EO_OPERATOR_BIN").unwrap_or_else(|_| "this build (debug)".into()),
-        mib(rss_base),
-        mib(rss_all),
-        mib(rss_unselected),
-        per_unselected,
-        per_registered,
+        mib(rss_base.total),
+        mib(rss_all.total),
+        mib(rss_unselected.total),
+        per_unselected.total,
+        per_registered.total,
+        mib(rss_base.anon),
+        mib(rss_all.anon),
+        mib(rss_unselected.anon),
+        per_unselected.anon,
+        per_registered.anon,
+        mib(rss_further.total),
+        mib(rss_further.anon),
+        per_further.total,
+        per_further.anon,
     );
     println!("SCALE_ROLLOUT_COUNTERS {}", during_roll.join(" "));
     assert!(!log.contains("panicked"), "{}", op.proc.log_tail(30));
