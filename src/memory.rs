@@ -88,9 +88,10 @@ pub async fn run(interval: Duration, figures: TrimMetrics, shutdown: Shutdown) -
             _ = ticker.tick() => {
                 let started = std::time::Instant::now();
                 let released = tokio::task::spawn_blocking(trim).await?;
-                figures.seconds.observe(started.elapsed().as_secs_f64());
+                let took = started.elapsed();
+                figures.seconds.observe(took.as_secs_f64());
                 figures.released.inc_by(released);
-                tracing::debug!(released, took_ms = started.elapsed().as_millis() as u64, "trimmed the heap");
+                tracing::debug!(released, took_ms = took.as_millis() as u64, "trimmed the heap");
             }
         }
     }

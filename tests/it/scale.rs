@@ -73,21 +73,33 @@ impl Rss {
             anon: kib("RssAnon:") * 1024.0,
         }
     }
+}
 
-    /// Each figure's `(self − minus) ÷ per`.
-    fn share(self, minus: Rss, per: f64) -> Rss {
+/// Figure by figure, so that a per-pod share reads as arithmetic.
+impl std::ops::Sub for Rss {
+    type Output = Rss;
+    fn sub(self, o: Rss) -> Rss {
         Rss {
-            total: (self.total - minus.total) / per,
-            anon: (self.anon - minus.anon) / per,
+            total: self.total - o.total,
+            anon: self.anon - o.anon,
         }
     }
+}
 
-    /// Each figure times `n`.
-    fn times(self, n: f64) -> Rss {
+impl std::ops::Mul<f64> for Rss {
+    type Output = Rss;
+    fn mul(self, n: f64) -> Rss {
         Rss {
             total: self.total * n,
             anon: self.anon * n,
         }
+    }
+}
+
+impl std::ops::Div<f64> for Rss {
+    type Output = Rss;
+    fn div(self, n: f64) -> Rss {
+        self * (1.0 / n)
     }
 }
 
@@ -145,6 +157,11 @@ async fn operator(cluster: &Cluster, lease: &str, watch: Option<&str>) -> (Serve
     )
     .await;
     (server, dir)
+}
+
+/// The spec of the `i`th namespace's EurekaApp, selecting its Deployment's pods.
+fn svc_app(i: usize) -> String {
+    format!("  appName: svc-{i:03}\n  selector:\n    matchLabels: {{app: svc}}\n  port: http\n  drainSeconds: 1\n")
 }
 
 /// The number of UP instances in a full fetch.
@@ -267,19 +284,12 @@ async fn scale_thousands_of_pods_on_fake_nodes() {
     .await;
     let rss_unselected = settled_rss(&uns).await;
     drop(uns);
-    let per_unselected = rss_unselected.share(rss_base, pods as f64);
+    let per_unselected = (rss_unselected - rss_base) / pods as f64;
 
     // Half the namespaces get an EurekaApp; then a fresh operator is timed to its first
     // complete registry.
     for (i, ns) in names[..registered_ns].iter().enumerate() {
-        eureka_app(
-            &cluster,
-            ns,
-            "svc",
-            &format!(
-                "  appName: svc-{i:03}\n  selector:\n    matchLabels: {{app: svc}}\n  port: http\n  drainSeconds: 1\n"
-            ),
-        );
+        eureka_app(&cluster, ns, "svc", &svc_app(i));
     }
     let started = Instant::now();
     let (op, _op_dir) = operator(&cluster, "scale-all", None).await;
@@ -298,24 +308,14 @@ async fn scale_thousands_of_pods_on_fake_nodes() {
     let cpu_idle = (cpu_seconds(op.proc.pid()) - cpu_idle_from.1) / cpu_idle_from.0.elapsed().as_secs_f64();
 
     let unselected_pods = pods - registered;
-    let per_registered = rss_all
-        .share(rss_base, 1.0)
-        .share(per_unselected.times(unselected_pods as f64), registered as f64);
+    let per_registered = (rss_all - rss_base - per_unselected * unselected_pods as f64) / registered as f64;
 
     // A further share of the namespaces registered, pods the operator already watched: what each
     // further registered pod costs (the slope), apart from what a loaded operator holds at any
     // size (connection buffers, task and channel blocks, code paths run once).
     let further_ns = (namespaces / 4).clamp(1, namespaces - registered_ns);
     for (i, ns) in names[registered_ns..registered_ns + further_ns].iter().enumerate() {
-        eureka_app(
-            &cluster,
-            ns,
-            "svc",
-            &format!(
-                "  appName: svc-{:03}\n  selector:\n    matchLabels: {{app: svc}}\n  port: http\n  drainSeconds: 1\n",
-                registered_ns + i
-            ),
-        );
+        eureka_app(&cluster, ns, "svc", &svc_app(registered_ns + i));
     }
     let further = further_ns * per;
     wait_for(
@@ -326,7 +326,7 @@ async fn scale_thousands_of_pods_on_fake_nodes() {
     )
     .await;
     let rss_further = settled_rss(&op).await;
-    let per_further = rss_further.share(rss_all, further as f64);
+    let per_further = (rss_further - rss_all) / further as f64;
 
     // A rollout of a tenth of the pods (whole Deployments of registered namespaces).
     let roll_ns: Vec<String> = names[..(pods / 10).div_ceil(per).clamp(1, registered_ns)].to_vec();
