@@ -6,6 +6,7 @@ pub mod admin;
 pub mod auth;
 pub mod dashboard;
 pub mod eureka;
+pub mod heartbeat;
 pub mod link;
 pub mod negotiate;
 pub mod peer;
@@ -110,19 +111,23 @@ pub fn identity(replica: &str, host: &str, port: u16, now: i64) -> InstanceInfo 
     i
 }
 
+/// The Eureka listener's service: [`heartbeat::Heartbeats`] in front of the router.
+pub type Service = heartbeat::Heartbeats<Router>;
+
 /// The Eureka listener: dashboard at `/`, the API under `/eureka/v2/` (Netflix's prefix) and
 /// `/eureka/` (Spring's); routing ignores a trailing slash, as Jersey does.
-pub fn router(api: Api, access: Option<auth::Access>) -> Router {
+pub fn router(api: Api, access: Option<auth::Access>) -> Service {
     // Both prefixes are spelled out rather than nested: a nested router rewrites every request's
     // URI to strip its prefix, and routes a second time.
+    let api = Arc::new(api);
     let router = Router::new()
         .route("/", get(dashboard::page))
         .route("/lastn", get(dashboard::lastn))
         .merge(eureka_routes(&api, "/eureka/v2"))
         .merge(eureka_routes(&api, "/eureka"))
         .fallback(no_route)
-        .with_state(Arc::new(api));
-    let router = match access {
+        .with_state(api.clone());
+    let router = match access.clone() {
         Some(a) => router.layer(middleware::from_fn_with_state(a, auth::require)),
         None => router,
     };
@@ -134,9 +139,14 @@ pub fn router(api: Api, access: Option<auth::Access>) -> Router {
         .on_response(DefaultOnResponse::new().level(Level::TRACE))
         .on_eos(DefaultOnEos::new().level(Level::TRACE))
         .on_failure(DefaultOnFailure::new().level(Level::DEBUG));
-    Router::new()
-        .fallback_service(NormalizePathLayer::trim_trailing_slash().layer(router))
-        .layer(trace)
+    // Plain heartbeats are answered before routing (see `heartbeat`).
+    heartbeat::Heartbeats {
+        api,
+        access,
+        inner: Router::new()
+            .fallback_service(NormalizePathLayer::trim_trailing_slash().layer(router))
+            .layer(trace),
+    }
 }
 
 /// Every Eureka endpoint, each observed under a bounded metrics label; a method an endpoint does

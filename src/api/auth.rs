@@ -270,22 +270,31 @@ pub fn configure(
 /// Middleware: 401 unless the request carries client or peer credentials; tells the handlers
 /// which ([`Caller`]).
 pub async fn require(State(access): State<Access>, mut request: Request, next: Next) -> Response {
+    match admit(&access, &request) {
+        Ok(caller) => {
+            request.extensions_mut().insert(caller);
+            next.run(request).await
+        }
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Who may make `request`: 401 without client or peer credentials, 403 for link credentials
+/// anywhere but `GET .../link/apps`.
+pub fn admit<B>(access: &Access, request: &axum::http::Request<B>) -> Result<Caller, ApiError> {
     let header = request
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
     match access.caller(header) {
-        Some(Caller::Link) if !reads_link_apps(&request) => ApiError::Forbidden.into_response(),
-        Some(caller) => {
-            request.extensions_mut().insert(caller);
-            next.run(request).await
-        }
-        None => ApiError::Unauthorized.into_response(),
+        Some(Caller::Link) if !reads_link_apps(request) => Err(ApiError::Forbidden),
+        Some(caller) => Ok(caller),
+        None => Err(ApiError::Unauthorized),
     }
 }
 
 /// `GET .../link/apps`: all link credentials may do.
-fn reads_link_apps(request: &Request) -> bool {
+fn reads_link_apps<B>(request: &axum::http::Request<B>) -> bool {
     request.method() == axum::http::Method::GET && request.uri().path().trim_end_matches('/').ends_with("/link/apps")
 }
 

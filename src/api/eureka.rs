@@ -215,8 +215,8 @@ pub async fn register(
     reply(api.state.apply(command).reply, &headers)
 }
 
-/// `PUT apps/{app}/{id}`: a heartbeat.
-#[tracing::instrument(level = "trace", skip_all, fields(app = %app, id = %id))]
+/// `PUT apps/{app}/{id}`: a heartbeat. Most heartbeats do not come through here but through
+/// [`super::heartbeat`], which answers the plain ones before routing with [`renew_instance`].
 pub async fn renew(
     State(api): State<Arc<Api>>,
     InstancePath { app, id }: InstancePath,
@@ -224,8 +224,21 @@ pub async fn renew(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let writer = writer(&headers, caller(auth))?;
-    let params = route::query(query.as_deref());
+    renew_instance(&api, app, id, caller(auth), query.as_deref(), &headers)
+}
+
+/// A heartbeat for `app` (upper-cased) and `id` from `caller`, with its query string.
+#[tracing::instrument(level = "trace", skip_all, fields(app = %app, id = %id))]
+pub fn renew_instance(
+    api: &Api,
+    app: String,
+    id: String,
+    caller: Caller,
+    query: Option<&str>,
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
+    let writer = writer(headers, caller)?;
+    let params = route::query(query);
     // Java renews first: an unknown instance is 404 whatever the parameters say.
     let last_dirty_timestamp = match dirty_timestamp(&params) {
         Ok(t) => t,
@@ -246,7 +259,7 @@ pub async fn renew(
         overridden_status,
         last_dirty_timestamp,
     };
-    reply(api.state.apply(command).reply, &headers)
+    reply(api.state.apply(command).reply, headers)
 }
 
 /// `DELETE apps/{app}/{id}`: a cancellation.

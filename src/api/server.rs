@@ -45,7 +45,6 @@ use std::{
 };
 
 use axum::{
-    Router,
     body::Body,
     error_handling::HandleErrorLayer,
     http::{HeaderValue, Request, Response, StatusCode, header},
@@ -68,7 +67,7 @@ use tokio::{
     sync::{OwnedSemaphorePermit, Semaphore},
 };
 use tower::{BoxError, ServiceBuilder, limit::GlobalConcurrencyLimitLayer};
-use tower_http::timeout::{RequestBodyDeadlineLayer, TimeoutLayer};
+use tower_http::timeout::{DeadlineBody, RequestBodyDeadlineLayer, TimeoutLayer};
 
 /// hyper's smallest read buffer (it panics below).
 pub const MIN_HEADER_BYTES: usize = 8_192;
@@ -196,19 +195,23 @@ fn busy(retry_after_seconds: u32, close: bool) -> Response<Body> {
     r
 }
 
-/// Serves `router` on `listener` (over TLS when `tls` is given) until `shutdown` resolves, then
-/// lets open requests finish for up to the shutdown grace. `name` labels logs and metrics.
+/// Serves `router` (an axum `Router`, or a service around one) on `listener` (over TLS when `tls`
+/// is given) until `shutdown` resolves, then lets open requests finish for up to the shutdown
+/// grace. `name` labels logs and metrics.
 #[allow(clippy::too_many_arguments)]
-pub async fn serve(
+pub async fn serve<R>(
     name: &'static str,
     listener: TcpListener,
-    router: Router,
+    router: R,
     settings: &HttpConfig,
     tls: Option<tokio_rustls::TlsAcceptor>,
     metrics: ServerMetrics,
     draining: Arc<AtomicBool>,
     shutdown: impl Future<Output = ()>,
-) -> Result<(), Error> {
+) -> Result<(), Error>
+where
+    R: Routed,
+{
     let addr = listener
         .local_addr()
         .map_err(|source| Error::LocalAddr { listener: name, source })?;
@@ -330,11 +333,39 @@ impl Slots {
     }
 }
 
+/// What [`serve`] serves: an axum `Router` or a service in front of one (the request body comes
+/// wrapped in the body-read deadline).
+pub trait Routed:
+    tower::Service<
+        Request<DeadlineBody<Body>>,
+        Response = axum::response::Response,
+        Error = Infallible,
+        Future: Send + 'static,
+    > + Clone
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<R> Routed for R where
+    R: tower::Service<
+            Request<DeadlineBody<Body>>,
+            Response = axum::response::Response,
+            Error = Infallible,
+            Future: Send + 'static,
+        > + Clone
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// The tower stack every request passes: `Connection: close` on every response once the process
 /// is stopping, load shedding (503 with `Retry-After`) above the in-flight limit, then the request
 /// timeout (408) and the body-read deadline, then the router.
-fn stack(
-    router: Router,
+fn stack<R: Routed>(
+    router: R,
     settings: &HttpConfig,
     shed_requests: Counter,
     draining: Arc<AtomicBool>,
@@ -483,7 +514,7 @@ impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Io for T {}
 mod tests {
     use std::time::Duration;
 
-    use axum::routing::get;
+    use axum::{Router, routing::get};
     use tokio::{
         io::{AsyncReadExt, AsyncWriteExt},
         sync::{Notify, mpsc},

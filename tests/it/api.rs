@@ -4,7 +4,6 @@
 use std::{io::Read, sync::Arc};
 
 use axum::{
-    Router,
     body::{Body, to_bytes},
     http::{Request, StatusCode, header},
 };
@@ -23,7 +22,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tower::ServiceExt;
 
-fn app_with(disable_delta: bool, access: Option<Access>) -> (Router, AppState) {
+fn app_with(disable_delta: bool, access: Option<Access>) -> (api::Service, AppState) {
     let health = Health::new(Arc::new(std::sync::atomic::AtomicBool::new(true)));
     app_full(disable_delta, access, health, Metrics::new())
 }
@@ -33,7 +32,7 @@ fn app_full(
     access: Option<Access>,
     health: Arc<Health>,
     metrics: Arc<Metrics>,
-) -> (Router, AppState) {
+) -> (api::Service, AppState) {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let state = AppState::new(
         Registry::new(RegistryConfig::default(), clock.now_ms()),
@@ -59,7 +58,7 @@ fn app_full(
     (api::router(api, access), state)
 }
 
-fn app() -> (Router, AppState) {
+fn app() -> (api::Service, AppState) {
     app_with(false, None)
 }
 
@@ -83,7 +82,7 @@ impl Reply {
     }
 }
 
-async fn call(app: &Router, req: Request<Body>) -> Reply {
+async fn call(app: &api::Service, req: Request<Body>) -> Reply {
     let resp = app.clone().oneshot(req).await.unwrap();
     let status = resp.status();
     let headers = resp.headers().clone();
@@ -106,7 +105,7 @@ fn instance_json(app: &str, id: &str) -> String {
     )
 }
 
-async fn register(app: &Router, name: &str, id: &str) -> Reply {
+async fn register(app: &api::Service, name: &str, id: &str) -> Reply {
     call(
         app,
         req("POST", &format!("/eureka/apps/{name}"))
@@ -948,5 +947,109 @@ async fn request_metrics_have_bounded_labels_whatever_the_method_and_path() {
             series.iter().any(|l| labels.iter().all(|x| l.contains(x.as_str()))),
             "no series with {labels:?}: {series:#?}"
         );
+    }
+}
+
+/// Plain heartbeat paths are answered in front of the router (`api::heartbeat`); the same
+/// heartbeat spelled so that the router must decode or normalise it goes through the routed
+/// handler. Both must answer alike, auth included, and record alike.
+#[tokio::test]
+async fn heartbeats_answer_alike_in_front_of_the_router_and_through_it() {
+    let (client, peer) = (basic("app", "a"), basic("peer", "p"));
+    // (application, credentials, as a Java peer, query, answer)
+    let cases: [(&str, Option<&str>, bool, &str, StatusCode); 8] = [
+        ("ORDERS", None, false, "", StatusCode::UNAUTHORIZED),
+        (
+            "ORDERS",
+            Some(&client),
+            false,
+            "?status=UP&lastDirtyTimestamp=1000",
+            StatusCode::OK,
+        ),
+        ("orders", Some(&client), false, "", StatusCode::OK),
+        (
+            "ORDERS",
+            Some(&client),
+            false,
+            "?lastDirtyTimestamp=soon",
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "BILLING",
+            Some(&client),
+            false,
+            "?lastDirtyTimestamp=soon",
+            StatusCode::NOT_FOUND,
+        ),
+        ("ORDERS", Some(&client), true, "", StatusCode::FORBIDDEN),
+        (
+            "ORDERS",
+            Some(&peer),
+            true,
+            "?lastDirtyTimestamp=500",
+            StatusCode::CONFLICT,
+        ),
+        (
+            "ORDERS",
+            Some(&client),
+            false,
+            "?lastDirtyTimestamp=2000",
+            StatusCode::NOT_FOUND,
+        ),
+    ];
+    // Each spelling on a server of its own, so that their metrics can be compared.
+    let mut recorded = Vec::new();
+    for spell in [
+        |app: &str| format!("/eureka/apps/{app}/o-1"),
+        |app: &str| format!("/eureka/v2/apps/{app}/o-1"),
+        |app: &str| format!("/eureka/apps/{app}/o-1/"),
+        |app: &str| format!("/eureka/v2/apps/{app}/o%2D1"),
+    ] {
+        let access = auth::configure((Some("app"), Some("a"), None), (Some("peer"), Some("p"), None), None).unwrap();
+        let health = Health::new(Arc::new(std::sync::atomic::AtomicBool::new(true)));
+        let metrics = Metrics::new();
+        let (app, state) = app_full(false, access, health, metrics.clone());
+        let r = call(
+            &app,
+            req("POST", "/eureka/apps/ORDERS")
+                .header("authorization", &client)
+                .header("content-type", "application/json")
+                .body(Body::from(instance_json("ORDERS", "o-1")))
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::NO_CONTENT);
+        let renewals = || state.with_registry(|r, now| r.instance("ORDERS", "o-1", now).unwrap().lease.last_renewal_ts);
+        for (name, token, peer, query, status) in cases {
+            let uri = format!("{}{query}", spell(name));
+            let mut b = req("PUT", &uri).header("accept", "application/json");
+            if let Some(t) = token {
+                b = b.header("authorization", t);
+            }
+            if peer {
+                b = b.header("x-netflix-discovery-replication", "true");
+            }
+            let r = call(&app, b.body(Body::empty()).unwrap()).await;
+            assert_eq!(r.status, status, "PUT {uri} with {token:?}, peer {peer}: {}", r.text());
+            if status == StatusCode::CONFLICT {
+                // Java's answer to a stale peer: the instance as stored.
+                assert_eq!(r.json()["instance"]["lastDirtyTimestamp"], "1000", "{uri}");
+            }
+        }
+        assert!(renewals() > 0, "the heartbeats renewed the lease");
+        let mut series: Vec<String> = metrics
+            .encode()
+            .lines()
+            .filter(|l| {
+                l.starts_with("eureka_http_request_duration_seconds_count") && l.contains("endpoint=\"instance\"")
+            })
+            .map(str::to_string)
+            .collect();
+        series.sort();
+        recorded.push(series);
+    }
+    assert!(!recorded[0].is_empty());
+    for other in &recorded[1..] {
+        assert_eq!(&recorded[0], other, "each spelling records the same requests");
     }
 }
