@@ -6,10 +6,11 @@
 //! extensions, and a copy of the header map for the handler (about 20 allocations a heartbeat,
 //! most of the server's CPU above the kernel's; see docs/src/performance/registry.md). This
 //! service recognises a plain heartbeat path itself and calls the same function the routed
-//! handler calls ([`eureka::renew_instance`]), with the same auth check ([`auth::admit`]) and the
-//! same metrics record and the same debug span the router's trace layer opens; everything else, and any heartbeat path that needs decoding (a `%`
-//! escape, an empty segment, a trailing slash), goes through the router as before, so what a
-//! client sees does not depend on which path answered it.
+//! handler calls ([`eureka::renew_instance`]), with the same auth check ([`auth::admit`]), the
+//! same metrics record and the same debug span the router's trace layer opens. Everything else,
+//! and any heartbeat path that needs decoding (a `%` escape, an empty segment, a trailing slash),
+//! goes through the router as before, so what a client sees does not depend on which path
+//! answered it.
 
 use std::{
     convert::Infallible,
