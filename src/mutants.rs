@@ -57,10 +57,6 @@ pub const ALL: &[(&str, &str)] = &[
         "stale-piece-window",
         "a payload piece is not recompressed when the fragment before it, which it refers back into, changed",
     ),
-    (
-        "heartbeat-skips-auth",
-        "a heartbeat answered in front of the router is let through without credentials",
-    ),
 ];
 
 /// Whether the mutant `name` is on.
