@@ -323,6 +323,11 @@ pub struct AuthArgs {
     /// and nothing else (needs basic auth on); re-read when it changes, so a rotation lists both.
     #[arg(long, env = "EUREKA_LINK_AUTH_FILE")]
     pub link_auth_file: Option<PathBuf>,
+
+    /// How long the link credentials file is trusted before a request that needs it reads it
+    /// again, in ms (0: read on every such request).
+    #[arg(long, env = "EUREKA_LINK_AUTH_RECHECK_MS", default_value_t = 2000)]
+    pub link_auth_recheck_ms: u64,
 }
 
 /// Peer replication: other replicas of this operator and Java Eureka servers.
@@ -543,7 +548,9 @@ impl AuthArgs {
                 self.peer_auth_password.as_deref(),
                 self.peer_auth_file.as_deref(),
             ),
-            self.link_auth_file.as_deref(),
+            self.link_auth_file
+                .as_deref()
+                .map(|path| (path, Duration::from_millis(self.link_auth_recheck_ms))),
         )
     }
 }

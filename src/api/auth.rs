@@ -80,24 +80,23 @@ impl Access {
     }
 }
 
-/// How often the link credentials file is read again (at most, when a request needs it).
-const LINK_FILE_RECHECK: Duration = Duration::from_secs(2);
-
 /// The link credentials, from a file of `username:password` lines read again when a request
-/// needs it and the last read is older than [`LINK_FILE_RECHECK`]. A file that cannot be read
-/// or parsed keeps the last good pairs (and says so in the log).
+/// needs it and the last read is older than `recheck` (`--link-auth-recheck-ms`). A file that
+/// cannot be read or parsed keeps the last good pairs (and says so in the log).
 #[derive(Clone, Debug)]
 pub struct LinkCredentials {
     path: PathBuf,
+    recheck: Duration,
     state: Arc<Mutex<(Instant, Vec<Credentials>)>>,
 }
 
 impl LinkCredentials {
     /// Reads the file once; a file that cannot be used at start is an error.
-    pub fn load(path: &Path) -> Result<LinkCredentials, Error> {
+    pub fn load(path: &Path, recheck: Duration) -> Result<LinkCredentials, Error> {
         let pairs = read_pairs(path)?;
         Ok(LinkCredentials {
             path: path.to_path_buf(),
+            recheck,
             state: Arc::new(Mutex::new((Instant::now(), pairs))),
         })
     }
@@ -107,7 +106,7 @@ impl LinkCredentials {
         // while it does; the others go on with the pairs read before.
         let due = {
             let mut state = self.state.lock();
-            let due = state.0.elapsed() >= LINK_FILE_RECHECK;
+            let due = state.0.elapsed() >= self.recheck;
             if due {
                 state.0 = Instant::now();
             }
@@ -246,15 +245,18 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     diff == 0
 }
 
-/// Client, peer and link credentials from their flags (or files); `None` when auth is off.
+/// Client, peer and link credentials from their flags (or files; the link file with how often it
+/// is read again); `None` when auth is off.
 pub fn configure(
     client: (Option<&str>, Option<&str>, Option<&Path>),
     peer: (Option<&str>, Option<&str>, Option<&Path>),
-    links: Option<&Path>,
+    links: Option<(&Path, Duration)>,
 ) -> Result<Option<Access>, Error> {
     let client = Credentials::configure(client.0, client.1, client.2)?;
     let peer = Credentials::configure(peer.0, peer.1, peer.2)?;
-    let links = links.map(LinkCredentials::load).transpose()?;
+    let links = links
+        .map(|(path, recheck)| LinkCredentials::load(path, recheck))
+        .transpose()?;
     match (client, peer) {
         (None, None) if links.is_some() => Err(Error::LinkWithoutClient),
         (None, None) => Ok(None),
@@ -377,7 +379,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("links");
         std::fs::write(&f, "# rotating\nreader:old\nreader:new\n").unwrap();
-        let access = configure((Some("app"), Some("a"), None), (None, None, None), Some(&f))
+        let recheck = Duration::from_secs(60);
+        let access = configure((Some("app"), Some("a"), None), (None, None, None), Some((&f, recheck)))
             .unwrap()
             .unwrap();
         assert_eq!(access.caller(Some(&basic("reader", "old"))), Some(Caller::Link));
@@ -385,13 +388,15 @@ mod tests {
         assert!(!Caller::Link.may_replicate());
         // The old pair removed: refused once the file is read again.
         std::fs::write(&f, "reader:new\n").unwrap();
-        access.links.as_ref().unwrap().state.lock().0 -= LINK_FILE_RECHECK;
+        // Not read again before `recheck` has passed.
+        assert_eq!(access.caller(Some(&basic("reader", "old"))), Some(Caller::Link));
+        access.links.as_ref().unwrap().state.lock().0 -= recheck;
         assert_eq!(access.caller(Some(&basic("reader", "old"))), None);
         assert_eq!(access.caller(Some(&basic("reader", "new"))), Some(Caller::Link));
         // A broken file keeps what was read before.
         std::fs::write(&f, "nocolon\n").unwrap();
-        access.links.as_ref().unwrap().state.lock().0 -= LINK_FILE_RECHECK;
+        access.links.as_ref().unwrap().state.lock().0 -= recheck;
         assert_eq!(access.caller(Some(&basic("reader", "new"))), Some(Caller::Link));
-        assert!(configure((None, None, None), (None, None, None), Some(&f)).is_err());
+        assert!(configure((None, None, None), (None, None, None), Some((&f, recheck))).is_err());
     }
 }

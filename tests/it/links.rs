@@ -676,6 +676,9 @@ async fn link_credentials_read_only_and_rotate_on_both_sides_without_the_copy_sh
             "a",
             "--link-auth-file",
             &east_creds_arg,
+            // Read again soon after a change, so each step below shows within a poll or two.
+            "--link-auth-recheck-ms",
+            "300",
         ],
     )
     .await;
