@@ -8,12 +8,22 @@ prints one JSON line per interval describing what the client sees:
 `full` counts GET apps/ (a full fetch after the first means a hash-code mismatch), `delta`
 counts GET apps/delta. On SIGTERM it stops the client (DOWN, then DELETE) and prints
 {"event": "stopped"}.
+
+py-eureka-client heartbeats from a thread with its own event loop that `stop()` cannot end
+(`threading.Timer.cancel` does nothing once the timer has fired). A heartbeat that lands while
+`stop()` re-registers DOWN carries the new lastDirtyTimestamp before the register has; the server
+answers 404 (as Java's does), that thread registers too, and the two threads then race on the
+client's URL cache ("dictionary changed size during iteration") and its HTTP client, and the
+process can hang. A real service has the same race; the peer closes it so that the tests see
+what the server does, not that race: heartbeats stop, and the one in flight finishes, before
+`stop()` runs.
 """
 import argparse
 import asyncio
 import json
 import signal
 import sys
+import threading
 
 import py_eureka_client.eureka_client as ec
 
@@ -64,6 +74,17 @@ async def main():
         vip_adr=args.vip or args.app.lower(), secure_vip_addr=args.vip or args.app.lower(),
         renewal_interval_in_secs=args.interval, duration_in_secs=args.interval * 3,
         metadata={"lang": "python"})
+    # See the module docs: no heartbeat runs once `quiet` is set.
+    beat = client._EurekaClient__heartbeat
+    beating = threading.Lock()
+    quiet = threading.Event()
+
+    async def guarded_beat():
+        with beating:
+            if not quiet.is_set():
+                await beat()
+
+    client._EurekaClient__heartbeat = guarded_beat
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
@@ -75,6 +96,8 @@ async def main():
             await asyncio.wait_for(stop.wait(), timeout=args.interval)
         except asyncio.TimeoutError:
             pass
+    quiet.set()
+    await loop.run_in_executor(None, lambda: (beating.acquire(), beating.release()))
     await client.stop()
     emit({"event": "stopped"})
 
