@@ -98,15 +98,15 @@ impl Api {
 /// How a server on `host:port` named `replica` describes itself.
 pub fn identity(replica: &str, host: &str, port: u16, now: i64) -> InstanceInfo {
     let mut i = InstanceInfo::new("EUREKA-OPERATOR", host, host, now);
-    i.instance_id = Some(replica.to_string());
+    i.instance_id = Some(replica.into());
     i.port = crate::registry::instance::PortInfo {
         port: i32::from(port),
         enabled: true,
     };
     i.vip_address = Some("eureka-operator".into());
     i.secure_vip_address = Some("eureka-operator".into());
-    i.home_page_url = Some(format!("http://{host}:{port}/"));
-    i.status_page_url = Some(format!("http://{host}:{port}/eureka/status"));
+    i.home_page_url = Some(format!("http://{host}:{port}/").into());
+    i.status_page_url = Some(format!("http://{host}:{port}/eureka/status").into());
     i.action_type = Some(crate::registry::instance::ActionType::Added);
     i
 }

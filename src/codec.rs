@@ -229,12 +229,12 @@ fn spring_instance_id(info: &mut InstanceInfo) {
         return;
     }
     if let Some(meta_id) = info.metadata.get("instanceId") {
-        let id = if meta_id.starts_with(&info.host_name) {
+        let id = if meta_id.starts_with(info.host_name.as_str()) {
             meta_id.to_string()
         } else {
             format!("{}:{}", info.host_name, meta_id)
         };
-        info.instance_id = Some(id);
+        info.instance_id = Some(id.into());
     }
 }
 

@@ -37,7 +37,7 @@ use std::{
 };
 
 pub use adoption::{Claim, ClaimKey, ClaimState};
-use instance::{InstanceInfo, Metadata, Status};
+use instance::{CompactString, InstanceInfo, Metadata, Status};
 use lease::ExpiryMode;
 use limits::{LimitExceeded, Limits};
 use native::OverrideEntry;
@@ -139,15 +139,16 @@ impl Writer {
     }
 }
 
-/// The Kubernetes object a pod instance stands for. Plain strings: no Kubernetes types here.
+/// The Kubernetes object a pod instance stands for. Plain strings: no Kubernetes types here (kept
+/// inline when short, like the instance's: every stored pod instance carries one).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PodOwner {
     /// The namespace of the pod and of its EurekaApp.
-    pub namespace: String,
+    pub namespace: CompactString,
     /// The EurekaApp that selects the pod.
-    pub eureka_app: String,
+    pub eureka_app: CompactString,
     /// The pod's name.
-    pub pod: String,
+    pub pod: CompactString,
 }
 
 impl std::fmt::Display for PodOwner {

@@ -873,7 +873,7 @@ fn failure_label(class: Failure) -> &'static str {
 fn register_record(view: &InstanceView, writer: Writer) -> Replication {
     Replication {
         action: ReplicationAction::Register,
-        app: view.info.app.clone(),
+        app: view.info.app.to_string(),
         id: view.id().to_string(),
         last_dirty_timestamp: Some(view.info.last_dirty_timestamp),
         status: Some(view.info.status),
@@ -887,7 +887,7 @@ fn register_record(view: &InstanceView, writer: Writer) -> Replication {
 fn cancel_record(info: &InstanceInfo, writer: Writer, origin: Origin) -> Replication {
     Replication {
         action: ReplicationAction::Cancel,
-        app: info.app.clone(),
+        app: info.app.to_string(),
         id: info.id().to_string(),
         last_dirty_timestamp: None,
         status: None,

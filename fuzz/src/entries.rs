@@ -17,7 +17,7 @@ use eureka_operator::{
     api::{negotiate, route},
     codec::{self, Format, Input, batch, json},
     registry::{
-        instance::{InstanceInfo, Metadata},
+        instance::{CompactString, InstanceInfo, Metadata},
         limits::InstanceLimits,
         view::{InstanceView, LeaseView, Origin},
     },
@@ -73,7 +73,7 @@ fn strings(i: &InstanceInfo) -> Vec<&str> {
         ]
         .into_iter()
         .flatten()
-        .map(String::as_str),
+        .map(CompactString::as_str),
     );
     for m in [&i.metadata, &i.data_center_info.metadata] {
         for (k, val) in m.iter() {

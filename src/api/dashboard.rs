@@ -417,8 +417,8 @@ mod tests {
             .enumerate()
             .map(|(n, url)| {
                 let mut i = InstanceInfo::new("<b>APP</b>", &format!("h{n}\"'"), "10.0.0.1", 0);
-                i.instance_id = Some(format!("id-{n}<script>"));
-                i.status_page_url = Some(url.to_string());
+                i.instance_id = Some(format!("id-{n}<script>").into());
+                i.status_page_url = Some((*url).into());
                 i.metadata.insert("zone", "<img src=x onerror=alert(1)>");
                 InstanceView {
                     info: std::sync::Arc::new(i),

@@ -64,9 +64,9 @@ prop_compose! {
         asg in prop::option::of(text(xml_safe)),
     ) -> InstanceInfo {
         let mut i = InstanceInfo::new(&app, &host, &ip, 0);
-        i.instance_id = id;
+        i.instance_id = id.map(Into::into);
         // `unknown` and `na` are not written (Java's defaults), and read back as `na`.
-        i.sid = if sid == "unknown" { "na".into() } else { sid };
+        i.sid = if sid == "unknown" { "na".into() } else { sid.into() };
         (i.status, i.overridden_status) = statuses;
         i.port = PortInfo { port: ports.0, enabled: ports.1 };
         i.secure_port = PortInfo { port: ports.2, enabled: ports.3 };
@@ -78,16 +78,16 @@ prop_compose! {
         };
         i.lease = LeaseTerms { renewal_interval_secs: lease.0, duration_secs: lease.1 };
         i.metadata = meta;
-        i.app_group_name = urls[0].as_ref().map(|s| s.to_ascii_uppercase());
-        i.home_page_url = urls[1].clone();
-        i.status_page_url = urls[2].clone();
-        i.health_check_url = urls[3].clone();
-        i.secure_health_check_url = urls[4].clone();
-        i.vip_address = urls[5].clone();
-        i.secure_vip_address = urls[6].clone();
+        i.app_group_name = urls[0].as_ref().map(|s| s.to_ascii_uppercase().into());
+        i.home_page_url = urls[1].clone().map(Into::into);
+        i.status_page_url = urls[2].clone().map(Into::into);
+        i.health_check_url = urls[3].clone().map(Into::into);
+        i.secure_health_check_url = urls[4].clone().map(Into::into);
+        i.vip_address = urls[5].clone().map(Into::into);
+        i.secure_vip_address = urls[6].clone().map(Into::into);
         (i.last_updated_timestamp, i.last_dirty_timestamp) = times;
         i.action_type = action;
-        i.asg_name = asg;
+        i.asg_name = asg.map(Into::into);
         i
     }
 }
@@ -143,7 +143,7 @@ proptest! {
     fn batches_decode_what_they_encode(info in instance(false), dirty in any::<i64>()) {
         let record = crate::registry::Replication {
             action: crate::registry::ReplicationAction::Register,
-            app: info.app.clone(),
+            app: info.app.to_string(),
             id: info.id().to_string(),
             last_dirty_timestamp: Some(dirty),
             status: Some(info.status),

@@ -600,22 +600,22 @@ fn read_instance<R: BufRead>(
 /// element that is not one.
 fn set_text<R: BufRead>(i: &mut InstanceInfo, field: &str, p: &mut Pull<R>) -> Result<bool, DecodeError> {
     match field {
-        "hostName" => i.host_name = p.text()?,
-        "instanceId" => i.instance_id = Some(p.text()?),
-        "app" => i.app = p.text()?.to_ascii_uppercase(),
-        "ipAddr" => i.ip_addr = p.text()?,
-        "sid" => i.sid = p.text()?,
+        "hostName" => i.host_name = p.text()?.into(),
+        "instanceId" => i.instance_id = Some(p.text()?.into()),
+        "app" => i.app = p.text()?.to_ascii_uppercase().into(),
+        "ipAddr" => i.ip_addr = p.text()?.into(),
+        "sid" => i.sid = p.text()?.into(),
         "status" => i.status = Status::parse_lenient(&p.text()?),
         "overriddenstatus" | "overriddenStatus" => i.overridden_status = Status::parse_lenient(&p.text()?),
         "countryId" => i.country_id = int(&p.text()?, "countryId")?,
         // XStream's @Auto fields swallow parse errors and keep the default.
-        "appGroupName" => i.app_group_name = Some(p.text()?.to_ascii_uppercase()),
-        "homePageUrl" => i.home_page_url = Some(p.text()?),
-        "statusPageUrl" => i.status_page_url = Some(p.text()?),
-        "healthCheckUrl" => i.health_check_url = Some(p.text()?),
-        "secureHealthCheckUrl" => i.secure_health_check_url = Some(p.text()?),
-        "vipAddress" => i.vip_address = Some(p.text()?),
-        "secureVipAddress" => i.secure_vip_address = Some(p.text()?),
+        "appGroupName" => i.app_group_name = Some(p.text()?.to_ascii_uppercase().into()),
+        "homePageUrl" => i.home_page_url = Some(p.text()?.into()),
+        "statusPageUrl" => i.status_page_url = Some(p.text()?.into()),
+        "healthCheckUrl" => i.health_check_url = Some(p.text()?.into()),
+        "secureHealthCheckUrl" => i.secure_health_check_url = Some(p.text()?.into()),
+        "vipAddress" => i.vip_address = Some(p.text()?.into()),
+        "secureVipAddress" => i.secure_vip_address = Some(p.text()?.into()),
         "lastUpdatedTimestamp" => {
             if let Ok(t) = p.text()?.trim().parse() {
                 i.last_updated_timestamp = t;
@@ -627,7 +627,7 @@ fn set_text<R: BufRead>(i: &mut InstanceInfo, field: &str, p: &mut Pull<R>) -> R
             }
         }
         "actionType" => i.action_type = ActionType::parse_exact(p.text()?.trim()),
-        "asgName" => i.asg_name = Some(p.text()?),
+        "asgName" => i.asg_name = Some(p.text()?.into()),
         _ => return Ok(false),
     }
     Ok(true)

@@ -16,7 +16,7 @@ use super::{
 use crate::registry::instance::keys;
 use crate::registry::{
     Claim, ClaimKey, ClaimState, PodOverrides, PodOwner,
-    instance::{InstanceInfo, LeaseTerms, PortInfo, Status},
+    instance::{CompactString, InstanceInfo, LeaseTerms, PortInfo, Status},
 };
 
 /// The default instance id: unique per pod (name and namespace) and port.
@@ -476,7 +476,7 @@ fn pod_instance(
     let host = host_name(spec, pod, &ip, ctx);
     let id = instance_id(c, pod, &ip, ports.port, ctx);
     let mut info = InstanceInfo::new(c.app, &host, &ip, ctx.now);
-    info.instance_id = Some(id);
+    info.instance_id = Some(id.into());
     info.status = status;
     info.port = PortInfo {
         port: ports.port,
@@ -492,16 +492,16 @@ fn pod_instance(
     if let Some(l) = c.lease {
         info.lease = l;
     }
-    info.vip_address = Some(c.vip.clone());
-    info.secure_vip_address = Some(c.secure_vip.clone());
+    info.vip_address = Some(c.vip.as_str().into());
+    info.secure_vip_address = Some(c.secure_vip.as_str().into());
     set_urls(&mut info, &c.urls, &host, &ports);
     set_metadata(&mut info.metadata, c.target, pod, &ip, ports.management, ctx);
     let overrides = overrides(spec, pod, problems);
     Ok(Some(Desired {
         owner: PodOwner {
-            namespace: pod.namespace.to_string(),
-            eureka_app: c.target.name.to_string(),
-            pod: pod.name.to_string(),
+            namespace: (*pod.namespace).into(),
+            eureka_app: c.target.name.into(),
+            pod: (*pod.name).into(),
         },
         info,
         overrides,
@@ -556,9 +556,9 @@ fn claim(
     let match_id = spec.adoption.is_some_and(|a| a.match_instance_id);
     Ok(Some(Claim {
         owner: PodOwner {
-            namespace: pod.namespace.to_string(),
-            eureka_app: c.target.name.to_string(),
-            pod: pod.name.to_string(),
+            namespace: (*pod.namespace).into(),
+            eureka_app: c.target.name.into(),
+            pod: (*pod.name).into(),
         },
         key: ClaimKey {
             app: c.app.to_string(),
@@ -580,21 +580,15 @@ fn set_urls(info: &mut InstanceInfo, urls: &Urls, host: &str, ports: &Ports) {
     };
     let port = ports.port;
     let mgmt = ports.management.unwrap_or(port);
-    let path = |p: &Option<String>, default: &str| p.clone().unwrap_or_else(|| default.to_string());
-    info.home_page_url = Some(format!("http://{url_host}:{port}{}", path(&urls.home_page, "/")));
-    info.status_page_url = Some(format!(
-        "http://{url_host}:{mgmt}{}",
-        path(&urls.status_page, "/actuator/info")
-    ));
-    info.health_check_url = Some(format!(
-        "http://{url_host}:{mgmt}{}",
-        path(&urls.health_check, "/actuator/health")
-    ));
+    let url = |scheme: &str, port: i32, p: &Option<String>, default: &str| -> Option<CompactString> {
+        let path = p.as_deref().unwrap_or(default);
+        Some(format!("{scheme}://{url_host}:{port}{path}").into())
+    };
+    info.home_page_url = url("http", port, &urls.home_page, "/");
+    info.status_page_url = url("http", mgmt, &urls.status_page, "/actuator/info");
+    info.health_check_url = url("http", mgmt, &urls.health_check, "/actuator/health");
     if let Some((sp, true)) = ports.secure {
-        info.secure_health_check_url = Some(format!(
-            "https://{url_host}:{sp}{}",
-            path(&urls.health_check, "/actuator/health")
-        ));
+        info.secure_health_check_url = url("https", sp, &urls.health_check, "/actuator/health");
     }
 }
 

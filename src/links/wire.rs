@@ -144,10 +144,10 @@ impl Answer {
             }
         }
         for info in instances {
-            if !full && !grouped.contains_key(&info.app) {
+            if !full && !grouped.contains_key(info.app.as_str()) {
                 return Err(format!("the answer holds {} but does not name it", info.app));
             }
-            grouped.entry(info.app.clone()).or_default().push(info);
+            grouped.entry(info.app.to_string()).or_default().push(info);
         }
         Ok(Answer {
             epoch,

@@ -29,7 +29,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::{
     Outcome, PodOwner, Registry, Replication, ReplicationAction, Reply, Writer,
-    instance::{InstanceInfo, Status},
+    instance::{CompactString, InstanceInfo, Status},
     rules,
     store::{Entry, Holding},
     view::{InstanceView, Origin},
@@ -47,8 +47,8 @@ pub struct ClaimKey {
 impl ClaimKey {
     pub fn of(info: &InstanceInfo) -> ClaimKey {
         ClaimKey {
-            app: info.app.clone(),
-            ip: info.ip_addr.clone(),
+            app: info.app.to_string(),
+            ip: info.ip_addr.to_string(),
             port: info.port.port,
         }
     }
@@ -242,7 +242,7 @@ pub(super) fn shown_status(raw: Status, state: Option<ClaimState>, rest_override
 pub(super) fn controller_record(action: ReplicationAction, view: &InstanceView) -> Replication {
     Replication {
         action,
-        app: view.info.app.clone(),
+        app: view.info.app.to_string(),
         id: view.id().to_string(),
         last_dirty_timestamp: (action != ReplicationAction::Cancel).then_some(view.info.last_dirty_timestamp),
         status: (action != ReplicationAction::Cancel).then_some(view.info.status),
@@ -547,9 +547,9 @@ impl Registry {
     /// The claims of one EurekaApp (pods that are gone excluded).
     pub fn claims_of(&self, namespace: &str, eureka_app: &str) -> Vec<(PodOwner, ClaimState)> {
         let from = PodOwner {
-            namespace: namespace.to_string(),
-            eureka_app: eureka_app.to_string(),
-            pod: String::new(),
+            namespace: namespace.into(),
+            eureka_app: eureka_app.into(),
+            pod: CompactString::default(),
         };
         self.claims
             .by_owner

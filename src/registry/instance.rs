@@ -3,8 +3,14 @@
 //! Values here are what a registrant sent, normalised the way the Java server normalises them
 //! (upper-case app names, defaults for missing fields). Lease timestamps are not part of it: they
 //! live in the registry's lease and are attached when an instance is read.
+//!
+//! Its strings are `CompactString`s: ids, addresses, VIPs and most metadata values are short
+//! (at most 24 bytes) and are kept inside the struct, not in an allocation each, which is most of
+//! what a stored pod instance used to cost beyond its struct.
 
 use std::{fmt, hash::BuildHasher};
+
+pub use compact_str::CompactString;
 
 /// `InstanceInfo.InstanceStatus`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -213,7 +219,7 @@ impl Default for LeaseTerms {
 #[derive(Clone, Default)]
 pub struct Metadata {
     /// The entries in the order they were first inserted.
-    pairs: Vec<(MetaKey, Box<str>)>,
+    pairs: Vec<(MetaKey, CompactString)>,
     /// Key hash → position in `pairs`; built once the map passes a few entries.
     index: Option<Box<Index>>,
     /// Total bytes of every key and value, for the per-instance size cap.
@@ -231,7 +237,7 @@ struct Index {
 }
 
 impl Index {
-    fn build(pairs: &[(MetaKey, Box<str>)]) -> Box<Index> {
+    fn build(pairs: &[(MetaKey, CompactString)]) -> Box<Index> {
         let hasher = std::hash::RandomState::new();
         let mut table = hashbrown::HashTable::with_capacity(pairs.len() * 2);
         for (i, (k, _)) in pairs.iter().enumerate() {
@@ -269,7 +275,7 @@ impl Metadata {
         self.position(key).is_some()
     }
 
-    fn push(&mut self, key: MetaKey, value: Box<str>) {
+    fn push(&mut self, key: MetaKey, value: CompactString) {
         self.bytes += key.len() + value.len();
         let i = self.pairs.len();
         self.pairs.push((key, value));
@@ -287,9 +293,10 @@ impl Metadata {
     }
 
     /// Sets `key`, replacing an existing value in place (the last value wins).
-    pub fn insert(&mut self, key: impl Into<MetaKey>, value: impl Into<String>) {
+    pub fn insert(&mut self, key: impl Into<MetaKey>, value: impl Into<CompactString>) {
         let key = key.into();
-        let value = value.into().into_boxed_str();
+        let mut value = value.into();
+        value.shrink_to_fit();
         match self.position(&key) {
             Some(i) => {
                 let slot = &mut self.pairs[i].1;
@@ -301,12 +308,14 @@ impl Metadata {
     }
 
     /// Sets `key` unless it is already there (the first value wins); whether it was set.
-    pub fn insert_first(&mut self, key: impl Into<MetaKey>, value: impl Into<String>) -> bool {
+    pub fn insert_first(&mut self, key: impl Into<MetaKey>, value: impl Into<CompactString>) -> bool {
         let key = key.into();
         if self.position(&key).is_some() {
             return false;
         }
-        self.push(key, value.into().into_boxed_str());
+        let mut value = value.into();
+        value.shrink_to_fit();
+        self.push(key, value);
         true
     }
 
@@ -326,7 +335,7 @@ impl Metadata {
     /// Sets every entry of `other` here (its values win), in its order.
     pub fn merge(&mut self, other: &Metadata) {
         for (k, v) in &other.pairs {
-            self.insert(k.clone(), &**v);
+            self.insert(k.clone(), v.clone());
         }
     }
 
@@ -365,7 +374,7 @@ impl fmt::Debug for Metadata {
 }
 
 /// Later values of a repeated key replace earlier ones in place.
-impl<K: Into<MetaKey>, V: Into<String>> FromIterator<(K, V)> for Metadata {
+impl<K: Into<MetaKey>, V: Into<CompactString>> FromIterator<(K, V)> for Metadata {
     fn from_iter<T: IntoIterator<Item = (K, V)>>(iter: T) -> Self {
         let mut m = Metadata::new();
         for (k, v) in iter {
@@ -380,15 +389,15 @@ impl<K: Into<MetaKey>, V: Into<String>> FromIterator<(K, V)> for Metadata {
 pub struct InstanceInfo {
     /// `instanceId`: the key of the instance within its application; when absent, the host
     /// name is the key (Java's `getId()`).
-    pub instance_id: Option<String>,
+    pub instance_id: Option<CompactString>,
     /// `hostName`: what clients connect to unless they prefer the IP address.
-    pub host_name: String,
+    pub host_name: CompactString,
     /// Upper-case application name.
-    pub app: String,
+    pub app: CompactString,
     /// `ipAddr`.
-    pub ip_addr: String,
+    pub ip_addr: CompactString,
     /// `sid`: Netflix's legacy security id, `na` by default; stored and echoed.
-    pub sid: String,
+    pub sid: CompactString,
     /// The status as the registry shows it, after the override rules.
     pub status: Status,
     /// The status an operator forced through `PUT .../status` (`UNKNOWN`: no override).
@@ -406,19 +415,19 @@ pub struct InstanceInfo {
     /// Free-form key/value pairs (zone, management port, pod fields for pod instances).
     pub metadata: Metadata,
     /// `appGroupName`.
-    pub app_group_name: Option<String>,
+    pub app_group_name: Option<CompactString>,
     /// `homePageUrl`.
-    pub home_page_url: Option<String>,
+    pub home_page_url: Option<CompactString>,
     /// `statusPageUrl` (the dashboard links it when it is http or https).
-    pub status_page_url: Option<String>,
+    pub status_page_url: Option<CompactString>,
     /// `healthCheckUrl`.
-    pub health_check_url: Option<String>,
+    pub health_check_url: Option<CompactString>,
     /// `secureHealthCheckUrl`.
-    pub secure_health_check_url: Option<String>,
+    pub secure_health_check_url: Option<CompactString>,
     /// `vipAddress`: comma-separated VIPs that `GET vips/{vip}` finds it under.
-    pub vip_address: Option<String>,
+    pub vip_address: Option<CompactString>,
     /// `secureVipAddress`: the same for `GET svips/{vip}`.
-    pub secure_vip_address: Option<String>,
+    pub secure_vip_address: Option<CompactString>,
     /// When the server last changed this record (ms); heartbeats do not move it.
     pub last_updated_timestamp: i64,
     /// When the registrant last changed it (ms): the version that decides which copy wins
@@ -427,7 +436,7 @@ pub struct InstanceInfo {
     /// `actionType`: how the instance last changed (ADDED, MODIFIED, DELETED), for deltas.
     pub action_type: Option<ActionType>,
     /// `asgName`: the AWS auto-scaling group, stored and echoed.
-    pub asg_name: Option<String>,
+    pub asg_name: Option<CompactString>,
 }
 
 impl InstanceInfo {
@@ -462,10 +471,10 @@ impl InstanceInfo {
     pub fn new(app: &str, host_name: &str, ip_addr: &str, now: i64) -> InstanceInfo {
         InstanceInfo {
             instance_id: None,
-            host_name: host_name.to_string(),
-            app: app.to_ascii_uppercase(),
-            ip_addr: ip_addr.to_string(),
-            sid: "na".to_string(),
+            host_name: host_name.into(),
+            app: app.to_ascii_uppercase().into(),
+            ip_addr: ip_addr.into(),
+            sid: CompactString::const_new("na"),
             status: Status::Up,
             overridden_status: Status::Unknown,
             port: PortInfo {
@@ -515,7 +524,7 @@ impl InstanceInfo {
     /// Bytes of text this instance holds: every string field, metadata keys and values included
     /// (what `--max-instance-bytes` caps).
     pub fn text_bytes(&self) -> usize {
-        let opt = |s: &Option<String>| s.as_ref().map_or(0, String::len);
+        let opt = |s: &Option<CompactString>| s.as_ref().map_or(0, CompactString::len);
         self.host_name.len()
             + self.app.len()
             + self.ip_addr.len()

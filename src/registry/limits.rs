@@ -185,7 +185,7 @@ mod tests {
 
     fn instance(app: &str, id: &str) -> InstanceInfo {
         let mut i = InstanceInfo::new(app, "10.0.0.1", "10.0.0.1", 0);
-        i.instance_id = Some(id.to_string());
+        i.instance_id = Some(id.to_string().into());
         i
     }
 

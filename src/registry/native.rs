@@ -255,7 +255,7 @@ impl Registry {
         match self.store.app(info.app.as_str()) {
             Some(app) if app.len() >= limits.max_instances_per_application => {
                 Err(LimitExceeded::InstancesPerApplication {
-                    app: info.app.clone(),
+                    app: info.app.to_string(),
                     limit: limits.max_instances_per_application,
                 })
             }

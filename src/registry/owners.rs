@@ -8,7 +8,7 @@ use std::{
     sync::Arc,
 };
 
-use super::PodOwner;
+use super::{PodOwner, instance::CompactString};
 
 /// `(application, instance id)`, the registry's own names, shared.
 type Held = BTreeSet<(Arc<str>, Arc<str>)>;
@@ -16,7 +16,7 @@ type Held = BTreeSet<(Arc<str>, Arc<str>)>;
 /// The instances held for each EurekaApp, by namespace then EurekaApp name.
 #[derive(Debug, Default)]
 pub(super) struct Owners {
-    by_app: HashMap<String, HashMap<String, Held>>,
+    by_app: HashMap<CompactString, HashMap<CompactString, Held>>,
 }
 
 impl Owners {
@@ -75,7 +75,7 @@ impl Owners {
             .flat_map(|(ns, apps)| {
                 apps.iter().flat_map(move |(ea, held)| {
                     held.iter()
-                        .map(move |(app, id)| (ns.clone(), ea.clone(), app.to_string(), id.to_string()))
+                        .map(move |(app, id)| (ns.to_string(), ea.to_string(), app.to_string(), id.to_string()))
                 })
             })
             .collect();

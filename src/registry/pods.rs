@@ -237,7 +237,7 @@ fn pod_status(reported: Status, override_status: Status) -> Status {
 fn pod_replication(action: ReplicationAction, view: &InstanceView) -> Replication {
     Replication {
         action,
-        app: view.info.app.clone(),
+        app: view.info.app.to_string(),
         id: view.id().to_string(),
         last_dirty_timestamp: Some(view.info.last_dirty_timestamp),
         status: Some(view.info.status),

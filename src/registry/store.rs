@@ -521,8 +521,8 @@ impl Store {
             for (id, e) in entries {
                 if let Some(o) = e.holding.owner() {
                     owners.push((
-                        o.namespace.clone(),
-                        o.eureka_app.clone(),
+                        o.namespace.to_string(),
+                        o.eureka_app.to_string(),
                         app.to_string(),
                         id.to_string(),
                     ));

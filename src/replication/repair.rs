@@ -205,7 +205,7 @@ impl Replicator {
                 ReplicationAction::Register => register_record(&view, Writer::Controller),
                 _ => Replication {
                     action: ReplicationAction::Heartbeat,
-                    app: view.info.app.clone(),
+                    app: view.info.app.to_string(),
                     id: view.id().to_string(),
                     last_dirty_timestamp: Some(view.info.last_dirty_timestamp),
                     status: Some(view.info.status),
@@ -239,7 +239,7 @@ impl Replicator {
             .iter()
             .flat_map(|a| a.instances.iter())
             .filter(|i| i.origin != Origin::Pod && i.origin != Origin::Imported)
-            .map(|i| ((i.info.app.clone(), i.id().to_string()), i))
+            .map(|i| ((i.info.app.to_string(), i.id().to_string()), i))
             .collect();
         let theirs = self.their_renewals(&fetched, now);
         let repairs = plan(&our_renewals(&ours, now), &theirs, now);
@@ -258,7 +258,7 @@ impl Replicator {
                     f.instances
                         .iter()
                         .filter(|i| r.claimed(i, now))
-                        .map(|i| (i.app.clone(), i.id().to_string()))
+                        .map(|i| (i.app.to_string(), i.id().to_string()))
                         .collect()
                 })
                 .collect()
@@ -271,7 +271,7 @@ impl Replicator {
                     .instances
                     .iter()
                     .filter(|i| self.owned(i))
-                    .map(|i| (i.app.clone(), i.id().to_string()))
+                    .map(|i| (i.app.to_string(), i.id().to_string()))
                     .collect();
                 f.renewals
                     .iter()
@@ -360,7 +360,7 @@ impl Replicator {
             .state
             .with_registry(|r, _| r.pod_instances())
             .into_iter()
-            .map(|(_, v)| (v.info.app.clone(), v.id().to_string()))
+            .map(|(_, v)| (v.info.app.to_string(), v.id().to_string()))
             .collect();
         for q in queues.iter().filter(|q| q.kind == PeerKind::Java) {
             let theirs: Vec<InstanceInfo> = match self.client.fetch(&q.url, false).await {
@@ -372,7 +372,7 @@ impl Replicator {
             };
             let at = Instant::now();
             for info in theirs.iter().filter(|i| self.owned(i)) {
-                if !pods.contains(&(info.app.clone(), info.id().to_string())) {
+                if !pods.contains(&(info.app.to_string(), info.id().to_string())) {
                     tracing::info!(peer = %q.url.display(), id = %info.id(), "removing a pod instance this cluster no longer has");
                     self.enqueue(q, cancel_record(info, Writer::Controller, Origin::Pod), at);
                 }

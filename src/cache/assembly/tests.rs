@@ -27,8 +27,8 @@ impl Shared {
 
     fn register(&self, app: &str, id: &str, now: i64) {
         let mut i = InstanceInfo::new(app, &format!("{id}.example"), "10.0.0.1", now);
-        i.instance_id = Some(id.to_string());
-        i.vip_address = Some(app.to_ascii_lowercase());
+        i.instance_id = Some(id.to_string().into());
+        i.vip_address = Some(app.to_ascii_lowercase().into());
         self.apply(
             Command::Register {
                 info: i,

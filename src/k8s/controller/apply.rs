@@ -185,7 +185,7 @@ impl Context {
                 Reply::Registered => registered.push(id),
                 Reply::Refused(message) => {
                     conflicts.push(Problem::InstanceIdConflict(message));
-                    blocked.insert((d.info.app.clone(), id));
+                    blocked.insert((d.info.app.to_string(), id));
                 }
                 _ => {}
             }

@@ -93,8 +93,8 @@ impl Context {
                 .into_iter()
                 .filter(|(o, _)| {
                     !self.stores.contains(&AppKey {
-                        namespace: o.namespace.clone(),
-                        name: o.eureka_app.clone(),
+                        namespace: o.namespace.to_string(),
+                        name: o.eureka_app.to_string(),
                     })
                 })
                 .collect()
@@ -110,8 +110,8 @@ impl Context {
                 .into_iter()
                 .filter(|o| {
                     !self.stores.contains(&AppKey {
-                        namespace: o.namespace.clone(),
-                        name: o.eureka_app.clone(),
+                        namespace: o.namespace.to_string(),
+                        name: o.eureka_app.to_string(),
                     })
                 })
                 .collect()
@@ -136,7 +136,7 @@ impl Context {
             .iter()
             .filter(|(owner, view)| {
                 let outcome = self.state.apply(Command::RemovePod {
-                    app: view.info.app.clone(),
+                    app: view.info.app.to_string(),
                     id: view.id().to_string(),
                     owner: owner.clone(),
                 });

@@ -82,8 +82,8 @@ pub(super) fn gate_waiting(
         .filter(|d| up.contains(d.info.id()))
         .filter(|d| closed(gate, pods, &d.owner.pod))
         .map(|d| WaitingPod {
-            pod: d.owner.pod.clone(),
-            app: d.info.app.clone(),
+            pod: d.owner.pod.to_string(),
+            app: d.info.app.to_string(),
             id: d.info.id().to_string(),
         })
         .collect()
@@ -102,8 +102,8 @@ pub(super) fn adopted_gate_waiting(
         .filter(|(_, v)| v.info.status == crate::registry::instance::Status::Up)
         .filter(|(o, _)| closed(gate, pods, &o.pod))
         .map(|(o, v)| WaitingPod {
-            pod: o.pod.clone(),
-            app: v.info.app.clone(),
+            pod: o.pod.to_string(),
+            app: v.info.app.to_string(),
             id: v.id().to_string(),
         })
         .collect()

@@ -158,7 +158,7 @@ fn held(plan: &Plan, statuses: &[(&str, Status)]) -> Vec<(PodOwner, InstanceView
 /// A registration of `pod`'s own client (app `WEB`, id `<pod>:web:8080`) adopted for it.
 fn adopted(pod: &str, status: Status) -> (PodOwner, InstanceView) {
     let mut info = InstanceInfo::new("web", &format!("{pod}.local"), "10.1.0.9", NOW_MS);
-    info.instance_id = Some(format!("{pod}:web:8080"));
+    info.instance_id = Some(format!("{pod}:web:8080").into());
     info.status = status;
     let owner = PodOwner {
         namespace: NS.into(),

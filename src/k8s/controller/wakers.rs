@@ -89,7 +89,7 @@ pub(super) fn adopted_counts(plan: &Plan, adopted: &[(PodOwner, InstanceView)]) 
         .iter()
         .filter(|c| matches!(c.state, ClaimState::Live { .. }))
         .filter(|c| !with_registration.contains(c.owner.pod.as_str()))
-        .map(|c| c.owner.pod.clone())
+        .map(|c| c.owner.pod.to_string())
         .collect();
     awaiting.sort();
     (
@@ -189,7 +189,7 @@ impl Context {
         let endpoints: Vec<ClaimKey> = endpoints.collect();
         let ids: Vec<(String, String)> = adopted
             .iter()
-            .map(|(_, v)| (v.info.app.clone(), v.id().to_string()))
+            .map(|(_, v)| (v.info.app.to_string(), v.id().to_string()))
             .collect();
         let mut guard = self.claimed.lock();
         let claimed = &mut *guard;

@@ -29,7 +29,7 @@ fn registry() -> Registry {
 /// A registration as a pod's client makes it: from `ip`:8080.
 fn client(id: &str, ip: &str, dirty: i64) -> InstanceInfo {
     let mut i = InstanceInfo::new(APP, ip, ip, dirty);
-    i.instance_id = Some(id.to_string());
+    i.instance_id = Some(id.to_string().into());
     i.port.port = 8080;
     i.lease.duration_secs = 3;
     i.lease.renewal_interval_secs = 1;

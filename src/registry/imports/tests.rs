@@ -7,8 +7,8 @@ const T0: i64 = 1_700_000_000_000;
 
 fn inst(app: &str, id: &str, status: Status) -> InstanceInfo {
     let mut i = InstanceInfo::new(app, &format!("{id}.example"), "10.1.0.1", T0);
-    i.instance_id = Some(id.to_string());
-    i.vip_address = Some(app.to_ascii_lowercase());
+    i.instance_id = Some(id.to_string().into());
+    i.vip_address = Some(app.to_ascii_lowercase().into());
     i.status = status;
     i
 }
