@@ -58,22 +58,24 @@ fn view(info: &InstanceInfo) -> InstanceView {
 
 /// Every string of an instance, to check whether XML can carry them.
 fn strings(i: &InstanceInfo) -> Vec<&str> {
-    let mut v = vec![i.host_name.as_str(), &i.app, &i.ip_addr, &i.sid];
+    let mut v = vec![i.host_name.as_str(), &i.app, &i.ip_addr, i.sid()];
     v.extend(
         [
             &i.instance_id,
-            &i.app_group_name,
             &i.home_page_url,
             &i.status_page_url,
             &i.health_check_url,
-            &i.secure_health_check_url,
             &i.vip_address,
             &i.secure_vip_address,
-            &i.asg_name,
         ]
         .into_iter()
         .flatten()
         .map(CompactString::as_str),
+    );
+    v.extend(
+        [i.app_group_name(), i.secure_health_check_url(), i.asg_name()]
+            .into_iter()
+            .flatten(),
     );
     for m in [&i.metadata, &i.data_center_info.metadata] {
         for (k, val) in m.iter() {
@@ -108,8 +110,8 @@ fn reencoded(info: &InstanceInfo, format: Format) -> InstanceInfo {
 /// reads back as "na".
 fn as_written(info: &InstanceInfo) -> InstanceInfo {
     let mut i = info.clone();
-    if i.sid == "unknown" {
-        i.sid = "na".into();
+    if i.sid() == "unknown" {
+        i.set_sid("na");
     }
     i
 }

@@ -98,8 +98,8 @@ pub fn instance(out: &mut Vec<u8>, view: &InstanceView) {
     str_field(out, &mut first, "hostName", &i.host_name);
     str_field(out, &mut first, "app", &i.app);
     str_field(out, &mut first, "ipAddr", &i.ip_addr);
-    if i.sid != "na" && i.sid != "unknown" {
-        str_field(out, &mut first, "sid", &i.sid);
+    if i.sid() != "na" && i.sid() != "unknown" {
+        str_field(out, &mut first, "sid", i.sid());
     }
     str_field(out, &mut first, "status", i.status.as_str());
     str_field(out, &mut first, "overriddenStatus", i.overridden_status.as_str());
@@ -115,16 +115,11 @@ pub fn instance(out: &mut Vec<u8>, view: &InstanceView) {
     key(out, &mut first, "metadata");
     metadata(out, &i.metadata);
 
-    opt_field(out, &mut first, "appGroupName", i.app_group_name.as_deref());
+    opt_field(out, &mut first, "appGroupName", i.app_group_name());
     opt_field(out, &mut first, "homePageUrl", i.home_page_url.as_deref());
     opt_field(out, &mut first, "statusPageUrl", i.status_page_url.as_deref());
     opt_field(out, &mut first, "healthCheckUrl", i.health_check_url.as_deref());
-    opt_field(
-        out,
-        &mut first,
-        "secureHealthCheckUrl",
-        i.secure_health_check_url.as_deref(),
-    );
+    opt_field(out, &mut first, "secureHealthCheckUrl", i.secure_health_check_url());
     opt_field(out, &mut first, "vipAddress", i.vip_address.as_deref());
     opt_field(out, &mut first, "secureVipAddress", i.secure_vip_address.as_deref());
     // The server recomputes this on every read: true only for its own registration.
@@ -142,7 +137,7 @@ pub fn instance(out: &mut Vec<u8>, view: &InstanceView) {
         &i.last_dirty_timestamp.to_string(),
     );
     opt_field(out, &mut first, "actionType", i.action_type.map(ActionType::as_str));
-    opt_field(out, &mut first, "asgName", i.asg_name.as_deref());
+    opt_field(out, &mut first, "asgName", i.asg_name());
     out.push(b'}');
 }
 

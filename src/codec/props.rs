@@ -66,7 +66,7 @@ prop_compose! {
         let mut i = InstanceInfo::new(&app, &host, &ip, 0);
         i.instance_id = id.map(Into::into);
         // `unknown` and `na` are not written (Java's defaults), and read back as `na`.
-        i.sid = if sid == "unknown" { "na".into() } else { sid.into() };
+        i.set_sid(if sid == "unknown" { "na".into() } else { sid });
         (i.status, i.overridden_status) = statuses;
         i.port = PortInfo { port: ports.0, enabled: ports.1 };
         i.secure_port = PortInfo { port: ports.2, enabled: ports.3 };
@@ -78,16 +78,16 @@ prop_compose! {
         };
         i.lease = LeaseTerms { renewal_interval_secs: lease.0, duration_secs: lease.1 };
         i.metadata = meta;
-        i.app_group_name = urls[0].as_ref().map(|s| s.to_ascii_uppercase().into());
+        i.set_app_group_name(urls[0].as_ref().map(|s| s.to_ascii_uppercase().into()));
         i.home_page_url = urls[1].clone().map(Into::into);
         i.status_page_url = urls[2].clone().map(Into::into);
         i.health_check_url = urls[3].clone().map(Into::into);
-        i.secure_health_check_url = urls[4].clone().map(Into::into);
+        i.set_secure_health_check_url(urls[4].clone().map(Into::into));
         i.vip_address = urls[5].clone().map(Into::into);
         i.secure_vip_address = urls[6].clone().map(Into::into);
         (i.last_updated_timestamp, i.last_dirty_timestamp) = times;
         i.action_type = action;
-        i.asg_name = asg.map(Into::into);
+        i.set_asg_name(asg.map(Into::into));
         i
     }
 }

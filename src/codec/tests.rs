@@ -205,7 +205,7 @@ fn python_client_registration_is_accepted() {
     );
     assert_eq!(reg.info.last_dirty_timestamp, 1_795_997_006_790);
     assert_eq!(reg.info.metadata.get("lang"), Some("python"));
-    assert_eq!(reg.info.secure_health_check_url.as_deref(), Some(""));
+    assert_eq!(reg.info.secure_health_check_url(), Some(""));
 }
 
 #[test]
@@ -250,7 +250,7 @@ fn spring_client_registration_is_accepted() {
      "metadata":{"management.port":"8080"}}}"#;
     let reg = decode_registration(body, Format::Json, 0).unwrap();
     validate_registration(&reg, "ORDER-SERVICE").unwrap();
-    assert_eq!(reg.info.app_group_name, None);
+    assert_eq!(reg.info.app_group_name(), None);
     assert_eq!(reg.info.last_dirty_timestamp, 1_700_000_000_000);
 }
 

@@ -180,8 +180,8 @@ pub fn instance_as(out: &mut Vec<u8>, view: &InstanceView, tag: &str) {
     element(out, "hostName", &i.host_name);
     element(out, "app", &i.app);
     element(out, "ipAddr", &i.ip_addr);
-    if i.sid != "na" && i.sid != "unknown" {
-        element(out, "sid", &i.sid);
+    if i.sid() != "na" && i.sid() != "unknown" {
+        element(out, "sid", i.sid());
     }
     element(out, "status", i.status.as_str());
     element(out, "overriddenstatus", i.overridden_status.as_str());
@@ -204,18 +204,18 @@ pub fn instance_as(out: &mut Vec<u8>, view: &InstanceView, tag: &str) {
     element(out, "serviceUpTimestamp", &l.service_up_ts.to_string());
     out.extend_from_slice(b"</leaseInfo>");
     metadata(out, &i.metadata);
-    opt_element(out, "appGroupName", i.app_group_name.as_deref());
+    opt_element(out, "appGroupName", i.app_group_name());
     opt_element(out, "homePageUrl", i.home_page_url.as_deref());
     opt_element(out, "statusPageUrl", i.status_page_url.as_deref());
     opt_element(out, "healthCheckUrl", i.health_check_url.as_deref());
-    opt_element(out, "secureHealthCheckUrl", i.secure_health_check_url.as_deref());
+    opt_element(out, "secureHealthCheckUrl", i.secure_health_check_url());
     opt_element(out, "vipAddress", i.vip_address.as_deref());
     opt_element(out, "secureVipAddress", i.secure_vip_address.as_deref());
     element(out, "isCoordinatingDiscoveryServer", "false");
     element(out, "lastUpdatedTimestamp", &i.last_updated_timestamp.to_string());
     element(out, "lastDirtyTimestamp", &i.last_dirty_timestamp.to_string());
     opt_element(out, "actionType", i.action_type.map(ActionType::as_str));
-    opt_element(out, "asgName", i.asg_name.as_deref());
+    opt_element(out, "asgName", i.asg_name());
     out.extend_from_slice(b"</");
     out.extend_from_slice(tag.as_bytes());
     out.push(b'>');
@@ -604,16 +604,16 @@ fn set_text<R: BufRead>(i: &mut InstanceInfo, field: &str, p: &mut Pull<R>) -> R
         "instanceId" => i.instance_id = Some(p.text()?.into()),
         "app" => i.app = p.text()?.to_ascii_uppercase().into(),
         "ipAddr" => i.ip_addr = p.text()?.into(),
-        "sid" => i.sid = p.text()?.into(),
+        "sid" => i.set_sid(p.text()?),
         "status" => i.status = Status::parse_lenient(&p.text()?),
         "overriddenstatus" | "overriddenStatus" => i.overridden_status = Status::parse_lenient(&p.text()?),
         "countryId" => i.country_id = int(&p.text()?, "countryId")?,
         // XStream's @Auto fields swallow parse errors and keep the default.
-        "appGroupName" => i.app_group_name = Some(p.text()?.to_ascii_uppercase().into()),
+        "appGroupName" => i.set_app_group_name(Some(p.text()?.to_ascii_uppercase().into())),
         "homePageUrl" => i.home_page_url = Some(p.text()?.into()),
         "statusPageUrl" => i.status_page_url = Some(p.text()?.into()),
         "healthCheckUrl" => i.health_check_url = Some(p.text()?.into()),
-        "secureHealthCheckUrl" => i.secure_health_check_url = Some(p.text()?.into()),
+        "secureHealthCheckUrl" => i.set_secure_health_check_url(Some(p.text()?.into())),
         "vipAddress" => i.vip_address = Some(p.text()?.into()),
         "secureVipAddress" => i.secure_vip_address = Some(p.text()?.into()),
         "lastUpdatedTimestamp" => {
@@ -627,7 +627,7 @@ fn set_text<R: BufRead>(i: &mut InstanceInfo, field: &str, p: &mut Pull<R>) -> R
             }
         }
         "actionType" => i.action_type = ActionType::parse_exact(p.text()?.trim()),
-        "asgName" => i.asg_name = Some(p.text()?.into()),
+        "asgName" => i.set_asg_name(Some(p.text()?.into())),
         _ => return Ok(false),
     }
     Ok(true)

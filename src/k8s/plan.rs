@@ -414,7 +414,7 @@ fn pod_ip(spec: &EurekaAppSpec, pod: &PodInfo) -> Result<Option<String>, Problem
         IpFamily::IPv6 => ("IPv6", true),
     };
     match pod.ips.iter().find(|ip| ip.contains(':') == want_v6) {
-        Some(ip) => Ok(Some(ip.clone())),
+        Some(ip) => Ok(Some(ip.to_string())),
         None if pod.ips.is_empty() => Ok(None),
         None => Err(Problem::NoAddress {
             pod: pod.name.to_string(),
@@ -588,7 +588,7 @@ fn set_urls(info: &mut InstanceInfo, urls: &Urls, host: &str, ports: &Ports) {
     info.status_page_url = url("http", mgmt, &urls.status_page, "/actuator/info");
     info.health_check_url = url("http", mgmt, &urls.health_check, "/actuator/health");
     if let Some((sp, true)) = ports.secure {
-        info.secure_health_check_url = url("https", sp, &urls.health_check, "/actuator/health");
+        info.set_secure_health_check_url(url("https", sp, &urls.health_check, "/actuator/health"));
     }
 }
 

@@ -21,6 +21,7 @@ use std::{
     sync::Arc,
 };
 
+use compact_str::CompactString;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use serde::{Deserialize, Deserializer};
 
@@ -46,7 +47,7 @@ pub struct PodInfo {
     pub labels: Labels,
     pub annotations: Labels,
     /// `status.podIPs` (or `status.podIP`).
-    pub ips: Vec<String>,
+    pub ips: Vec<CompactString>,
     pub host_ip: Option<Text>,
     pub node_name: Option<Text>,
     pub host_network: bool,
@@ -90,14 +91,14 @@ impl PodInfo {
         let namespace = interner.text(meta.namespace.as_deref()?);
         let spec = pod.spec.as_ref();
         let status = pod.status.as_ref();
-        let mut ips: Vec<String> = status
+        let mut ips: Vec<CompactString> = status
             .and_then(|s| s.pod_ips.as_ref())
-            .map(|v| v.iter().map(|ip| ip.ip.clone()).collect())
+            .map(|v| v.iter().map(|ip| ip.ip.as_str().into()).collect())
             .unwrap_or_default();
         if ips.is_empty()
-            && let Some(ip) = status.and_then(|s| s.pod_ip.clone())
+            && let Some(ip) = status.and_then(|s| s.pod_ip.as_deref())
         {
-            ips.push(ip);
+            ips.push(ip.into());
         }
         let annotations = Labels::interned(
             meta.annotations

@@ -29,8 +29,9 @@ struct AppChanges {
     /// The registry version at which this application's part of the delta last changed.
     version: u64,
     /// Per instance: how many changes of it the log holds, and its last state if the latest of
-    /// them removed it.
-    ids: HashMap<Arc<str>, (u32, Option<InstanceView>)>,
+    /// them removed it (boxed: most changes are not removals, and every entry of the map would
+    /// otherwise hold a view's room).
+    ids: HashMap<Arc<str>, (u32, Option<Box<InstanceView>>)>,
 }
 
 /// Applications whose delta lost instances to one pruning run.
@@ -71,7 +72,7 @@ impl ChangeLog {
         };
         let slot = entry.ids.entry(id_key.clone()).or_insert((0, None));
         slot.0 += 1;
-        slot.1 = removed;
+        slot.1 = removed.map(Box::new);
         self.log.push_back(Change {
             at,
             version,
@@ -180,7 +181,7 @@ impl ChangeLog {
         self.apps
             .get(app)
             .into_iter()
-            .flat_map(|e| e.ids.iter().map(|(id, (_, removed))| (&**id, removed.as_ref())))
+            .flat_map(|e| e.ids.iter().map(|(id, (_, removed))| (&**id, removed.as_deref())))
     }
 
     /// The applications the delta lists, sorted.

@@ -396,8 +396,6 @@ pub struct InstanceInfo {
     pub app: CompactString,
     /// `ipAddr`.
     pub ip_addr: CompactString,
-    /// `sid`: Netflix's legacy security id, `na` by default; stored and echoed.
-    pub sid: CompactString,
     /// The status as the registry shows it, after the override rules.
     pub status: Status,
     /// The status an operator forced through `PUT .../status` (`UNKNOWN`: no override).
@@ -414,16 +412,12 @@ pub struct InstanceInfo {
     pub lease: LeaseTerms,
     /// Free-form key/value pairs (zone, management port, pod fields for pod instances).
     pub metadata: Metadata,
-    /// `appGroupName`.
-    pub app_group_name: Option<CompactString>,
     /// `homePageUrl`.
     pub home_page_url: Option<CompactString>,
     /// `statusPageUrl` (the dashboard links it when it is http or https).
     pub status_page_url: Option<CompactString>,
     /// `healthCheckUrl`.
     pub health_check_url: Option<CompactString>,
-    /// `secureHealthCheckUrl`.
-    pub secure_health_check_url: Option<CompactString>,
     /// `vipAddress`: comma-separated VIPs that `GET vips/{vip}` finds it under.
     pub vip_address: Option<CompactString>,
     /// `secureVipAddress`: the same for `GET svips/{vip}`.
@@ -435,32 +429,68 @@ pub struct InstanceInfo {
     pub last_dirty_timestamp: i64,
     /// `actionType`: how the instance last changed (ADDED, MODIFIED, DELETED), for deltas.
     pub action_type: Option<ActionType>,
-    /// `asgName`: the AWS auto-scaling group, stored and echoed.
-    pub asg_name: Option<CompactString>,
+    /// `sid`, `appGroupName`, `secureHealthCheckUrl` and `asgName`, when any is set: see
+    /// [`Rare`] and the accessors.
+    rare: Option<Box<Rare>>,
+}
+
+/// The fields few registrants set, kept apart so that an instance without them (nearly every
+/// one: Spring's and the other clients send null, pod instances never set them) does not carry
+/// their room: 8 bytes in place of 96.
+///
+/// Never stored empty: the setters drop it when its last field is cleared, so two instances
+/// that show the same fields compare equal.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Rare {
+    /// `sid` other than its default `na`.
+    sid: Option<CompactString>,
+    app_group_name: Option<CompactString>,
+    secure_health_check_url: Option<CompactString>,
+    asg_name: Option<CompactString>,
+}
+
+impl Rare {
+    fn is_empty(&self) -> bool {
+        self.sid.is_none()
+            && self.app_group_name.is_none()
+            && self.secure_health_check_url.is_none()
+            && self.asg_name.is_none()
+    }
+
+    fn strings(&mut self) -> [&mut Option<CompactString>; 4] {
+        [
+            &mut self.sid,
+            &mut self.app_group_name,
+            &mut self.secure_health_check_url,
+            &mut self.asg_name,
+        ]
+    }
 }
 
 impl InstanceInfo {
     /// Drops the spare capacity of every string and of the metadata (a `format!`ed URL or a
     /// decoded value may hold more than its length), once, when the instance is stored.
     pub fn shrink_to_fit(&mut self) {
-        for s in [&mut self.host_name, &mut self.app, &mut self.ip_addr, &mut self.sid] {
+        for s in [&mut self.host_name, &mut self.app, &mut self.ip_addr] {
             s.shrink_to_fit();
         }
         for s in [
             &mut self.instance_id,
-            &mut self.app_group_name,
             &mut self.home_page_url,
             &mut self.status_page_url,
             &mut self.health_check_url,
-            &mut self.secure_health_check_url,
             &mut self.vip_address,
             &mut self.secure_vip_address,
-            &mut self.asg_name,
         ]
         .into_iter()
         .flatten()
         {
             s.shrink_to_fit();
+        }
+        if let Some(rare) = &mut self.rare {
+            for s in rare.strings().into_iter().flatten() {
+                s.shrink_to_fit();
+            }
         }
         self.metadata.shrink_to_fit();
         self.data_center_info.metadata.shrink_to_fit();
@@ -474,7 +504,6 @@ impl InstanceInfo {
             host_name: host_name.into(),
             app: app.to_ascii_uppercase().into(),
             ip_addr: ip_addr.into(),
-            sid: CompactString::const_new("na"),
             status: Status::Up,
             overridden_status: Status::Unknown,
             port: PortInfo {
@@ -489,17 +518,61 @@ impl InstanceInfo {
             data_center_info: DataCenterInfo::my_own(),
             lease: LeaseTerms::default(),
             metadata: Metadata::new(),
-            app_group_name: None,
             home_page_url: None,
             status_page_url: None,
             health_check_url: None,
-            secure_health_check_url: None,
             vip_address: None,
             secure_vip_address: None,
             last_updated_timestamp: now,
             last_dirty_timestamp: now,
             action_type: None,
-            asg_name: None,
+            rare: None,
+        }
+    }
+
+    /// `sid`: Netflix's legacy security id, `na` by default; stored and echoed.
+    pub fn sid(&self) -> &str {
+        self.rare.as_ref().and_then(|r| r.sid.as_deref()).unwrap_or("na")
+    }
+
+    pub fn set_sid(&mut self, sid: impl Into<CompactString>) {
+        let sid = sid.into();
+        self.set_rare(|r| r.sid = (sid != "na").then_some(sid));
+    }
+
+    /// `appGroupName`.
+    pub fn app_group_name(&self) -> Option<&str> {
+        self.rare.as_ref().and_then(|r| r.app_group_name.as_deref())
+    }
+
+    pub fn set_app_group_name(&mut self, name: Option<CompactString>) {
+        self.set_rare(|r| r.app_group_name = name);
+    }
+
+    /// `secureHealthCheckUrl`.
+    pub fn secure_health_check_url(&self) -> Option<&str> {
+        self.rare.as_ref().and_then(|r| r.secure_health_check_url.as_deref())
+    }
+
+    pub fn set_secure_health_check_url(&mut self, url: Option<CompactString>) {
+        self.set_rare(|r| r.secure_health_check_url = url);
+    }
+
+    /// `asgName`: the AWS auto-scaling group, stored and echoed.
+    pub fn asg_name(&self) -> Option<&str> {
+        self.rare.as_ref().and_then(|r| r.asg_name.as_deref())
+    }
+
+    pub fn set_asg_name(&mut self, name: Option<CompactString>) {
+        self.set_rare(|r| r.asg_name = name);
+    }
+
+    /// Changes the rare fields, keeping [`Rare`] only while one of them is set.
+    fn set_rare(&mut self, change: impl FnOnce(&mut Rare)) {
+        let rare = self.rare.get_or_insert_default();
+        change(rare);
+        if rare.is_empty() {
+            self.rare = None;
         }
     }
 
@@ -528,18 +601,18 @@ impl InstanceInfo {
         self.host_name.len()
             + self.app.len()
             + self.ip_addr.len()
-            + self.sid.len()
+            + self.sid().len()
             + self.metadata.bytes()
             + self.data_center_info.metadata.bytes()
             + opt(&self.instance_id)
-            + opt(&self.app_group_name)
+            + self.app_group_name().map_or(0, str::len)
             + opt(&self.home_page_url)
             + opt(&self.status_page_url)
             + opt(&self.health_check_url)
-            + opt(&self.secure_health_check_url)
+            + self.secure_health_check_url().map_or(0, str::len)
             + opt(&self.vip_address)
             + opt(&self.secure_vip_address)
-            + opt(&self.asg_name)
+            + self.asg_name().map_or(0, str::len)
     }
 
     /// Whether `vip` is one of this instance's comma-separated VIP addresses (exact match, as Java).
@@ -581,6 +654,38 @@ pub mod keys {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rare_fields_read_back_and_leave_no_trace_once_cleared() {
+        let plain = InstanceInfo::new("app", "h", "10.0.0.1", 0);
+        let mut i = plain.clone();
+        assert_eq!(i.sid(), "na");
+        i.set_sid("x1");
+        i.set_app_group_name(Some("GROUP".into()));
+        i.set_secure_health_check_url(Some("https://h:443/health".into()));
+        i.set_asg_name(Some("asg".into()));
+        assert_eq!(
+            (i.sid(), i.app_group_name(), i.secure_health_check_url(), i.asg_name()),
+            ("x1", Some("GROUP"), Some("https://h:443/health"), Some("asg"))
+        );
+        assert_eq!(i.text_bytes(), plain.text_bytes() - 2 + 2 + 5 + 20 + 3);
+        assert_ne!(i, plain);
+        // `na` is the default: setting it stores nothing.
+        i.set_sid("na");
+        i.set_app_group_name(None);
+        i.set_secure_health_check_url(None);
+        assert_ne!(i, plain);
+        i.set_asg_name(None);
+        assert_eq!(
+            i, plain,
+            "an instance whose rare fields are all cleared equals one that never had them"
+        );
+        assert!(i.rare.is_none());
+        // An empty `sid` is a value (JSON's null decodes to it), not the default.
+        i.set_sid("");
+        assert_eq!(i.sid(), "");
+        assert_ne!(i, plain);
+    }
 
     #[test]
     fn metadata_keeps_order_and_indexes_past_a_few_entries() {

@@ -128,10 +128,9 @@ impl Registry {
         let mut replaced = info;
         replaced.last_dirty_timestamp = now.max(existing.last_dirty_timestamp.saturating_add(1));
         self.store.modify(&app, &id, now, move |info| {
-            *info = InstanceInfo {
-                action_type: info.action_type,
-                ..replaced
-            };
+            let action_type = info.action_type;
+            *info = replaced;
+            info.action_type = action_type;
         });
         let view = self.store.view_of(&app, &id).expect("present");
         let mut replicate = vec![pod_replication(ReplicationAction::Register, &view)];

@@ -255,23 +255,23 @@ pub(super) fn set_scalar(i: &mut InstanceInfo, field: &str, v: Scalar) {
         "hostName" => i.host_name = v.into_opt_string().unwrap_or_default().into(),
         "app" => i.app = v.into_opt_string().unwrap_or_default().to_ascii_uppercase().into(),
         "ipAddr" => i.ip_addr = v.into_opt_string().unwrap_or_default().into(),
-        "sid" => i.sid = v.into_opt_string().unwrap_or_default().into(),
+        "sid" => i.set_sid(v.into_opt_string().unwrap_or_default()),
         "status" => i.status = v.as_str().and_then(Status::parse_exact).unwrap_or(Status::Unknown),
         "overriddenStatus" | "overriddenstatus" => {
             i.overridden_status = v.as_str().and_then(Status::parse_exact).unwrap_or(Status::Unknown)
         }
         "countryId" => i.country_id = v.as_i32(),
-        "appGroupName" => i.app_group_name = v.into_opt_string().map(|s| s.to_ascii_uppercase().into()),
+        "appGroupName" => i.set_app_group_name(v.into_opt_string().map(|s| s.to_ascii_uppercase().into())),
         "homePageUrl" => i.home_page_url = v.into_opt_string().map(Into::into),
         "statusPageUrl" => i.status_page_url = v.into_opt_string().map(Into::into),
         "healthCheckUrl" => i.health_check_url = v.into_opt_string().map(Into::into),
-        "secureHealthCheckUrl" => i.secure_health_check_url = v.into_opt_string().map(Into::into),
+        "secureHealthCheckUrl" => i.set_secure_health_check_url(v.into_opt_string().map(Into::into)),
         "vipAddress" => i.vip_address = v.into_opt_string().map(Into::into),
         "secureVipAddress" => i.secure_vip_address = v.into_opt_string().map(Into::into),
         "lastUpdatedTimestamp" => i.last_updated_timestamp = v.as_i64(),
         "lastDirtyTimestamp" => i.last_dirty_timestamp = v.as_i64(),
         "actionType" => i.action_type = v.as_str().and_then(ActionType::parse_exact),
-        "asgName" => i.asg_name = v.into_opt_string().map(Into::into),
+        "asgName" => i.set_asg_name(v.into_opt_string().map(Into::into)),
         _ => {}
     }
 }

@@ -146,10 +146,8 @@ fn held(plan: &Plan, statuses: &[(&str, Status)]) -> Vec<(PodOwner, InstanceView
                 .iter()
                 .find(|d| d.owner.pod == *pod)
                 .unwrap_or_else(|| panic!("{pod} is not planned"));
-            let info = InstanceInfo {
-                status: *status,
-                ..d.info.clone()
-            };
+            let mut info = d.info.clone();
+            info.status = *status;
             (d.owner.clone(), view(info, Origin::Pod))
         })
         .collect()

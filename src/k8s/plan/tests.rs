@@ -196,10 +196,7 @@ spec:
     );
     assert_eq!(i.status_page_url.as_deref(), Some("http://10.1.0.8:8081/info"));
     assert_eq!(i.health_check_url.as_deref(), Some("http://10.1.0.8:8081/health"));
-    assert_eq!(
-        i.secure_health_check_url.as_deref(),
-        Some("https://10.1.0.8:8443/health")
-    );
+    assert_eq!(i.secure_health_check_url(), Some("https://10.1.0.8:8443/health"));
     assert_eq!(i.metadata.get("management.port"), Some("8081"));
 
     let missing = app(&BASIC.replace("port: http", "port: grpc"));
