@@ -120,6 +120,8 @@ pub fn router(api: Api, access: Option<auth::Access>) -> Service {
     // Both prefixes are spelled out rather than nested: a nested router rewrites every request's
     // URI to strip its prefix, and routes a second time.
     let api = Arc::new(api);
+    // Shared: the service and the middleware's state are cloned for every request.
+    let access = access.map(Arc::new);
     let router = Router::new()
         .route("/", get(dashboard::page))
         .route("/lastn", get(dashboard::lastn))
@@ -127,8 +129,8 @@ pub fn router(api: Api, access: Option<auth::Access>) -> Service {
         .merge(eureka_routes(&api, "/eureka"))
         .fallback(no_route)
         .with_state(api.clone());
-    let router = match access.clone() {
-        Some(a) => router.layer(middleware::from_fn_with_state(a, auth::require)),
+    let router = match &access {
+        Some(a) => router.layer(middleware::from_fn_with_state(a.clone(), auth::require)),
         None => router,
     };
     // A debug span per request (method and URI) around every log line it causes; the response

@@ -270,8 +270,8 @@ pub fn configure(
 }
 
 /// Middleware: 401 unless the request carries client or peer credentials; tells the handlers
-/// which ([`Caller`]).
-pub async fn require(State(access): State<Access>, mut request: Request, next: Next) -> Response {
+/// which ([`Caller`]). The state is shared, not copied: axum clones it for every request.
+pub async fn require(State(access): State<Arc<Access>>, mut request: Request, next: Next) -> Response {
     match admit(&access, &request) {
         Ok(caller) => {
             request.extensions_mut().insert(caller);

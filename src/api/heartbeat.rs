@@ -36,7 +36,7 @@ use super::{
 #[derive(Clone)]
 pub struct Heartbeats<S> {
     pub api: Arc<Api>,
-    pub access: Option<Access>,
+    pub access: Option<Arc<Access>>,
     pub inner: S,
 }
 
