@@ -437,6 +437,12 @@ pub struct KubernetesArgs {
     #[arg(long, env = "EUREKA_WATCH_MAX_BACKOFF_MS", default_value_t = 5_000, value_parser = positive)]
     pub watch_max_backoff_ms: u64,
 
+    /// EurekaApps reconciled at once (per watched namespace, or in all when every namespace is
+    /// watched). Each reconcile may write to the apiserver, and the Kubernetes client keeps a
+    /// connection open for 90 s for every write that ran at once: this bounds that pool.
+    #[arg(long, env = "EUREKA_RECONCILE_CONCURRENCY", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
+    pub reconcile_concurrency: u16,
+
     /// The apiserver ends each watch after this many seconds and the watch resumes from where it
     /// was (no re-list): a watch that goes quiet is so proven alive, or found dead by
     /// `--kubernetes-read-timeout-ms`, within a bounded time.
@@ -631,6 +637,7 @@ impl KubernetesArgs {
             max_backoff: Duration::from_millis(self.kubernetes_write_max_backoff_ms),
             watch_max_backoff: Duration::from_millis(self.watch_max_backoff_ms),
             watch_timeout_seconds: self.watch_timeout_seconds,
+            reconcile_concurrency: self.reconcile_concurrency,
             pod_watch_page_size: self.pod_watch_page_size,
             sweep_interval: Duration::from_millis(self.pod_instance_sweep_interval_ms),
             gates: crate::k8s::controller::gates::GateTiming {

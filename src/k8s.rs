@@ -47,6 +47,8 @@ pub struct ClusterConfig {
     pub max_backoff: Duration,
     /// Longest wait between retries of a failing watch.
     pub watch_max_backoff: Duration,
+    /// EurekaApps reconciled at once, per controller.
+    pub reconcile_concurrency: u16,
     /// How long the apiserver keeps one watch request open (`--watch-timeout-seconds`).
     pub watch_timeout_seconds: u32,
     /// Pods per page of the pod watch's lists.
@@ -242,6 +244,7 @@ fn start_controller(settings: ClusterConfig, wiring: ControllerTask, supervisor:
             max_backoff: settings.max_backoff,
             watch_max_backoff: settings.watch_max_backoff,
             watch_timeout_seconds: settings.watch_timeout_seconds,
+            reconcile_concurrency: settings.reconcile_concurrency,
             pod_watch_page_size: settings.pod_watch_page_size,
             sweep_interval: settings.sweep_interval,
             gates: settings.gates,

@@ -117,6 +117,8 @@ pub struct ControllerConfig {
     pub max_backoff: Duration,
     /// Longest wait between retries of a failing watch.
     pub watch_max_backoff: Duration,
+    /// EurekaApps reconciled at once, per controller (one per watched scope).
+    pub reconcile_concurrency: u16,
     /// How long the apiserver keeps one watch request open.
     pub watch_timeout_seconds: u32,
     /// Pods per page of the pod watch's lists.
@@ -332,6 +334,7 @@ pub async fn run(settings: ControllerConfig, parts: ControllerWiring, shutdown: 
         &client,
         &scopes,
         (settings.watch_max_backoff, settings.watch_timeout_seconds),
+        settings.reconcile_concurrency,
         &shutdown,
     );
     complete.waiting("waiting for the Pod, Node and EurekaApp watches to list");
@@ -417,6 +420,7 @@ impl Controllers {
         client: &Client,
         scopes: &[Scope],
         (max_backoff, watch_timeout): (Duration, u32),
+        concurrency: u16,
         shutdown: &Shutdown,
     ) -> Self {
         let (deleted_tx, deleted) = mpsc::unbounded_channel();
@@ -446,6 +450,7 @@ impl Controllers {
                 })
                 .applied_objects();
             let c = Controller::for_stream(apps, reader)
+                .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
                 .reconcile_on(receiver_stream(rx))
                 .reconcile_all_on(receiver_stream(all_rx))
                 .graceful_shutdown_on(shutdown.clone().wait());

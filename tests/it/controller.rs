@@ -10,7 +10,7 @@ use crate::common::{
         Operator, app_status, delete_pod, eureka_app, instance, instances, kubectl_apply, label, namespace, pod,
         prepared, set_ready, wait_condition, wait_instances,
     },
-    process::wait_for,
+    process::{connections_to, wait_for},
 };
 
 const IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 6);
@@ -776,4 +776,72 @@ async fn the_cluster_name_comes_from_the_flag_the_clusterproperty_or_the_id() {
     name_seen(&["--cluster-name", "blue"], "blue").await;
     cluster.kubectl_ok(&["delete", "clusterproperty", "cluster.clusterset.k8s.io"]);
     name_seen(&[], "test").await;
+}
+
+/// `--reconcile-concurrency` bounds the reconciles that run at once, and so the apiserver
+/// connections the Kubernetes client keeps open after a burst (it pools every connection a burst
+/// opened for 90 s): 40 EurekaApps reconciled at start, with the bound at 2 and at 1000.
+#[tokio::test]
+async fn reconciles_at_once_are_bounded_and_so_are_the_apiserver_connections() {
+    let Some(cluster) = prepared() else { return };
+    let client = cluster.admin().await;
+    let apiserver_port: u16 = cluster
+        .url
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .trim_end_matches('/')
+        .parse()
+        .unwrap();
+    let client = &client;
+    let held = |bound: &'static str| async move {
+        let ns = format!("ctl-concurrency-{bound}");
+        namespace(client, &ns).await;
+        let manifest: String = (0..40)
+            .map(|i| {
+                format!(
+                    "---\napiVersion: eureka-operator.dev/v1alpha1\nkind: EurekaApp\nmetadata:\n  name: idle-{i}\n  namespace: {ns}\nspec:\n  selector:\n    matchLabels: {{app: idle-{i}}}\n  port: http\n"
+                )
+            })
+            .collect();
+        let (ok, out) = kubectl_apply(cluster, &manifest);
+        assert!(ok, "{out}");
+        let op = Operator::start(cluster, IP, &ns, &ns, &["--reconcile-concurrency", bound]).await;
+        wait_for(
+            "every EurekaApp reconciled",
+            Duration::from_secs(60),
+            Duration::from_millis(200),
+            || async {
+                let list: serde_json::Value =
+                    serde_json::from_str(&cluster.kubectl_ok(&["get", "eurekaapps", "-n", &ns, "-o", "json"])).unwrap();
+                let ready = list["items"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|a| {
+                        a["status"]["conditions"]
+                            .as_array()
+                            .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+                    })
+                    .count();
+                (ready == 40).then_some(())
+            },
+        )
+        .await;
+        connections_to(op.server.proc.pid() as u32, apiserver_port)
+    };
+    let bounded = held("2").await;
+    let unbounded = held("1000").await;
+    println!("apiserver connections after 40 reconciles: {bounded} at 2 at once, {unbounded} at 1000");
+    // The watches (pods, nodes, EurekaApps, the Lease, replica discovery) hold one each; the bound
+    // adds at most 2 for the status writes and Events.
+    assert!(
+        bounded <= 12,
+        "with --reconcile-concurrency 2 the operator held {bound} apiserver connections",
+        bound = bounded
+    );
+    assert!(
+        unbounded >= bounded + 10,
+        "40 reconciles at once should open many more connections than 2 at once: {unbounded} against {bounded}"
+    );
 }

@@ -168,6 +168,39 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// How many established TCP connections process `pid` holds to `port` (IPv4 and IPv6): its socket
+/// descriptors matched by inode against the rows of `/proc/<pid>/net/tcp{,6}` whose remote port
+/// is `port`.
+pub fn connections_to(pid: u32, port: u16) -> usize {
+    let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|dir| {
+            dir.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                .filter_map(|target| {
+                    let t = target.to_string_lossy();
+                    Some(t.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    ["tcp", "tcp6"]
+        .iter()
+        .filter_map(|table| std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).ok())
+        .map(|text| {
+            text.lines()
+                .skip(1)
+                .filter(|row| {
+                    let cols: Vec<&str> = row.split_whitespace().collect();
+                    // local, remote (ADDR:PORT in hex), state (01 = established), ..., inode (10th).
+                    cols.len() > 9
+                        && cols[3] == "01"
+                        && cols[2].rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok()) == Some(port)
+                        && inodes.contains(cols[9])
+                })
+                .count()
+        })
+        .sum()
+}
+
 /// A TCP port that was free on `ip` a moment ago.
 pub fn free_port(ip: Ipv4Addr) -> u16 {
     TcpListener::bind((ip, 0))
