@@ -323,9 +323,13 @@ fn html(body: String) -> Response {
 
 pub async fn page(State(api): State<Arc<Api>>) -> Response {
     let board = api.links.as_ref().map(|l| l.board.snapshot()).unwrap_or_default();
-    let (stats, apps, now, mut figures) = api
-        .state
-        .with_registry(|r, now| (r.stats(now), r.full_view(), now, r.link_figures()));
+    let (stats, now, mut figures) = api.state.with_registry(|r, now| (r.stats(now), now, r.link_figures()));
+    // Application by application, not the whole registry under one lock.
+    let apps = AppsView {
+        versions_delta: 1,
+        apps_hashcode: String::new(),
+        apps: api.state.app_views_batched().await,
+    };
     let links: Vec<LinkRow> = board
         .into_iter()
         .map(|(name, state)| LinkRow {

@@ -145,9 +145,6 @@ fn our_renewals(ours: &HashMap<InstanceKey, &InstanceView>, now: i64) -> HashMap
         .collect()
 }
 
-/// Applications whose instances one registry lock covers while a comparison takes our side.
-pub const SNAPSHOT_BATCH_APPS: usize = 64;
-
 /// A fetched registry's instances by `(app, id)`, so that finding each one to take or cancel is
 /// a lookup, not a scan of the whole fetch.
 struct Indexed<'a>(HashMap<(&'a str, &'a str), &'a InstanceInfo>);
@@ -264,30 +261,18 @@ impl Replicator {
         self.cancel_gone_pods_on_java(&queues).await;
     }
 
-    /// Our instances that are compared (neither pods nor imports), with the time they were taken:
-    /// [`SNAPSHOT_BATCH_APPS`] applications per registry lock, yielding between batches, so that
-    /// a large registry is neither locked nor this worker held for the whole walk (a single
-    /// snapshot held the lock for 83 ms at 100,000 instances). The comparison needs no single
-    /// moment: it judges leases with a margin of [`FRESHNESS_MARGIN`].
+    /// Our instances that are compared (neither pods nor imports), with the time they were
+    /// taken: a batch of applications per registry lock ([`crate::state::AppState::app_views_batched`]; a
+    /// single snapshot held the lock for 83 ms at 100,000 instances). The comparison needs no
+    /// single moment: it judges leases with a margin of [`FRESHNESS_MARGIN`].
     async fn our_side(&self) -> (Vec<InstanceView>, i64) {
-        let names = self.state.with_registry(|r, _| r.app_versions());
-        let mut views = Vec::new();
-        let mut taken_at = self.state.now();
-        for batch in names.chunks(SNAPSHOT_BATCH_APPS) {
-            taken_at = self.state.with_registry(|r, now| {
-                for (name, _) in batch {
-                    let instances = r.app_view(name).map(|a| a.instances).unwrap_or_default();
-                    views.extend(
-                        instances
-                            .into_iter()
-                            .filter(|i| i.origin != Origin::Pod && i.origin != Origin::Imported),
-                    );
-                }
-                now
-            });
-            tokio::task::yield_now().await;
-        }
-        (views, taken_at)
+        let apps = self.state.app_views_batched().await;
+        let views = apps
+            .into_iter()
+            .flat_map(|a| a.instances)
+            .filter(|i| i.origin != Origin::Pod && i.origin != Origin::Imported)
+            .collect();
+        (views, self.state.now())
     }
 
     /// Each fetched replica's renewals of the instances that are not pods of a cluster; one

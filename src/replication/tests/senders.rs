@@ -3,13 +3,7 @@
 use std::sync::atomic::AtomicBool;
 
 use super::*;
-use crate::{
-    codec::batch,
-    leadership::Lead,
-    registry::{Registry, RegistryConfig},
-    state::{Clock, SystemClock},
-    supervisor::Supervisor,
-};
+use crate::{codec::batch, leadership::Lead, supervisor::Supervisor};
 
 /// A peer that answers 200 to every item; each batch's size is recorded.
 async fn peer() -> (PeerUrl, Arc<Mutex<Vec<usize>>>) {
@@ -75,13 +69,7 @@ async fn running(peers: Vec<Peer>, max_delay: Duration) -> Running {
         flush_timeout: Duration::from_secs(5),
         tls: None,
     };
-    let state = AppState::new(
-        Registry::new(RegistryConfig::default(), SystemClock.now_ms()),
-        Arc::new(SystemClock),
-        false,
-        Default::default(),
-    );
-    state.open_for_traffic(0);
+    let state = AppState::open_for_tests();
     let (_lead, leader) = watch::channel(Lead::Always);
     let (_id, cluster_id) = watch::channel(None);
     let health = Health::new(Arc::new(AtomicBool::new(true)));
