@@ -167,12 +167,8 @@ impl AppState {
                                 Some(view) => codec::encode_app(&view, format),
                                 None => Vec::new(),
                             },
-                            PayloadKey::Vip(vip) => {
-                                codec::encode_apps(&state.with_registry(|r, _| r.vip_view(&vip, false)), format)
-                            }
-                            PayloadKey::Svip(vip) => {
-                                codec::encode_apps(&state.with_registry(|r, _| r.vip_view(&vip, true)), format)
-                            }
+                            PayloadKey::Vip(vip) => codec::encode_apps(&state.vip_view_batched(&vip, false), format),
+                            PayloadKey::Svip(vip) => codec::encode_apps(&state.vip_view_batched(&vip, true), format),
                             PayloadKey::Full | PayloadKey::Delta => Vec::new(),
                         }
                     })
@@ -195,6 +191,21 @@ impl AppState {
         }
         apps.retain(|a| !a.instances.is_empty());
         apps
+    }
+
+    /// `GET vips/{vip}` (or `svips/`), taken [`VIEW_BATCH_APPS`] applications per registry lock:
+    /// finding a VIP's instances walks every instance, and the document needs no single moment
+    /// across applications (its hash code is of the instances it lists). Called off the runtime
+    /// (the cache encodes on a blocking thread), so it does not yield.
+    fn vip_view_batched(&self, vip: &str, secure: bool) -> crate::registry::view::AppsView {
+        let names = self.with_registry(|r, _| r.app_versions());
+        let mut apps = Vec::new();
+        for batch in names.chunks(VIEW_BATCH_APPS) {
+            self.with_registry(|r, _| {
+                apps.extend(batch.iter().filter_map(|(name, _)| r.vip_app_view(name, vip, secure)))
+            });
+        }
+        crate::registry::view::AppsView::of_vip(apps)
     }
 
     /// One eviction run; its cancels go to the listeners. Returns how many were evicted.
@@ -271,6 +282,10 @@ mod tests {
         let register = |app: &str, id: &str| {
             let mut info = InstanceInfo::new(app, &format!("{id}.example"), "10.0.0.1", state.now());
             info.instance_id = Some(id.into());
+            // Every other application's instances under one VIP.
+            if app.ends_with(['0', '2', '4', '6', '8']) {
+                info.vip_address = Some("shared".into());
+            }
             state.apply(Command::Register {
                 info,
                 writer: Writer::Client,
@@ -289,6 +304,9 @@ mod tests {
             writer: Writer::Client,
         });
         let batched = state.app_views_batched().await;
+        let vip = state.vip_view_batched("shared", false);
+        assert_eq!(vip.apps.len(), apps / 2, "the VIP's applications, across every batch");
+        assert_eq!(vip, state.with_registry(|r, _| r.vip_view("shared", false)));
         let full = state.with_registry(|r, _| r.full_view()).apps;
         assert_eq!(batched.len(), apps - 1, "the emptied application is left out");
         let names = |v: &[AppView]| v.iter().map(|a| a.name.clone()).collect::<Vec<_>>();

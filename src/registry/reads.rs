@@ -133,24 +133,22 @@ impl Registry {
 
     /// Instances with `vip` among their (secure) VIP addresses (`GET vips/{vip}`, `svips/{vip}`).
     pub fn vip_view(&self, vip: &str, secure: bool) -> AppsView {
-        let mut apps: Vec<AppView> = self
-            .store
-            .apps()
-            .filter_map(|(name, entries)| {
-                let instances = self.views(entries.values().filter(|e| e.info.has_vip(vip, secure)));
-                (!instances.is_empty()).then(|| AppView {
-                    name: name.to_string(),
-                    instances,
-                })
-            })
+        let apps = self
+            .app_versions()
+            .iter()
+            .filter_map(|(name, _)| self.vip_app_view(name, vip, secure))
             .collect();
-        apps.sort_by(|a, b| a.name.cmp(&b.name));
-        let hash = StatusCounts::of(apps.iter().flat_map(|a| &a.instances)).hashcode();
-        AppsView {
-            versions_delta: -1,
-            apps_hashcode: hash,
-            apps,
-        }
+        AppsView::of_vip(apps)
+    }
+
+    /// `app`'s instances with `vip` among their (secure) VIP addresses, if it has any.
+    pub fn vip_app_view(&self, app: &str, vip: &str, secure: bool) -> Option<AppView> {
+        let entries = self.store.app(app)?;
+        let instances = self.views(entries.values().filter(|e| e.info.has_vip(vip, secure)));
+        (!instances.is_empty()).then(|| AppView {
+            name: app.to_string(),
+            instances,
+        })
     }
 
     /// `GET apps/{app}/{id}`: hidden once expired while expiration is enabled.
@@ -268,5 +266,18 @@ impl Registry {
         let mut v: Vec<InstanceView> = entries.map(|e| self.store.view(e)).collect();
         v.sort_by(|a, b| a.id().cmp(b.id()));
         v
+    }
+}
+
+impl AppsView {
+    /// A VIP document of `apps` (in name order): `versions__delta` -1 and the hash code of the
+    /// instances it lists.
+    pub fn of_vip(apps: Vec<AppView>) -> AppsView {
+        let hash = StatusCounts::of(apps.iter().flat_map(|a| &a.instances)).hashcode();
+        AppsView {
+            versions_delta: -1,
+            apps_hashcode: hash,
+            apps,
+        }
     }
 }
