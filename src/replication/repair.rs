@@ -145,6 +145,9 @@ fn our_renewals(ours: &HashMap<InstanceKey, &InstanceView>, now: i64) -> HashMap
         .collect()
 }
 
+/// Fetched instances whose claims one registry lock covers while a comparison looks them up.
+const CLAIM_CHECK_BATCH: usize = 1024;
+
 /// A fetched registry's instances by `(app, id)`, so that finding each one to take or cancel is
 /// a lookup, not a scan of the whole fetch.
 struct Indexed<'a>(HashMap<(&'a str, &'a str), &'a InstanceInfo>);
@@ -278,18 +281,25 @@ impl Replicator {
     /// Each fetched replica's renewals of the instances that are not pods of a cluster; one
     /// that a claim here adopts counts as renewed now.
     fn their_renewals(&self, fetched: &[(&Arc<PeerQueue>, Fetched)], now: i64) -> Vec<HashMap<InstanceKey, Renewal>> {
-        let claimed: Vec<HashSet<InstanceKey>> = self.state.with_registry(|r, now| {
-            fetched
-                .iter()
-                .map(|(_, f)| {
-                    f.instances
-                        .iter()
-                        .filter(|i| r.claimed(i, now))
-                        .map(|i| (i.app.to_string(), i.id().to_string()))
-                        .collect()
-                })
-                .collect()
-        });
+        // A claim lookup per fetched instance: a batch of them per registry lock, not a whole
+        // replica's registry under one.
+        let claimed: Vec<HashSet<InstanceKey>> = fetched
+            .iter()
+            .map(|(_, f)| {
+                let mut claimed = HashSet::new();
+                for batch in f.instances.chunks(CLAIM_CHECK_BATCH) {
+                    self.state.with_registry(|r, now| {
+                        claimed.extend(
+                            batch
+                                .iter()
+                                .filter(|i| r.claimed(i, now))
+                                .map(|i| (i.app.to_string(), i.id().to_string())),
+                        )
+                    });
+                }
+                claimed
+            })
+            .collect();
         fetched
             .iter()
             .zip(&claimed)
