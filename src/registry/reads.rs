@@ -131,7 +131,10 @@ impl Registry {
         })
     }
 
-    /// Instances with `vip` among their (secure) VIP addresses (`GET vips/{vip}`, `svips/{vip}`).
+    /// Instances with `vip` among their (secure) VIP addresses (`GET vips/{vip}`, `svips/{vip}`),
+    /// under one lock: the tests' reference for the batched form the server answers with
+    /// (`AppState`'s, built from [`Registry::vip_app_view`]).
+    #[cfg(test)]
     pub fn vip_view(&self, vip: &str, secure: bool) -> AppsView {
         let apps = self
             .app_versions()
