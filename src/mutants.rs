@@ -57,6 +57,10 @@ pub const ALL: &[(&str, &str)] = &[
         "stale-piece-window",
         "a payload piece is not recompressed when the fragment before it, which it refers back into, changed",
     ),
+    (
+        "unbounded-reconciles",
+        "`--reconcile-concurrency` is ignored: every EurekaApp due is reconciled at once",
+    ),
 ];
 
 /// Whether the mutant `name` is on.

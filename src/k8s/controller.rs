@@ -450,7 +450,14 @@ impl Controllers {
                 })
                 .applied_objects();
             let c = Controller::for_stream(apps, reader)
-                .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
+                // 0 is kube-runtime's "no bound".
+                .with_config(kube::runtime::controller::Config::default().concurrency(
+                    if crate::mutants::on("unbounded-reconciles") {
+                        0
+                    } else {
+                        concurrency
+                    },
+                ))
                 .reconcile_on(receiver_stream(rx))
                 .reconcile_all_on(receiver_stream(all_rx))
                 .graceful_shutdown_on(shutdown.clone().wait());
