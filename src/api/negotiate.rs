@@ -381,7 +381,7 @@ struct BodyReader<'a> {
 
 enum Source<'a> {
     Plain(&'a [u8]),
-    Gzip(flate2::read::GzDecoder<&'a [u8]>),
+    Gzip(Box<flate2::read::GzDecoder<&'a [u8]>>),
 }
 
 impl BodyReader<'_> {
@@ -470,7 +470,7 @@ pub fn decode_bytes<T>(
         return decode_bytes(&whole, false, latin1, limit, json, decode);
     }
     let source = if gzip {
-        Source::Gzip(flate2::read::GzDecoder::new(raw))
+        Source::Gzip(Box::new(flate2::read::GzDecoder::new(raw)))
     } else {
         Source::Plain(raw)
     };

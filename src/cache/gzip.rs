@@ -10,9 +10,10 @@
 //! CRC-32 and length of the whole, the CRC combined from the pieces' own (RFC 1952), so every gzip
 //! reader sees one ordinary member.
 //!
-//! flate2's Rust backend has no preset dictionary for compression, so [`deflate_after`] primes
-//! the compressor by compressing those bytes first, sync-flushes (the window keeps them), and
-//! keeps only what the piece itself produced.
+//! flate2 runs on zlib-rs (a Rust port of zlib, `zlib-rs` feature): about twice as fast as its
+//! default miniz_oxide backend for the same bytes (a 19 KB application fragment: 123 µs at level
+//! 8 with a preset dictionary, against 230-255 µs at miniz_oxide's level 6, 2026-12-03), and it
+//! takes a preset dictionary for raw deflate, which [`deflate_after`] uses.
 
 use bytes::Bytes;
 
@@ -106,18 +107,15 @@ pub fn deflate(data: &[u8], level: u32) -> Vec<u8> {
 /// stream whose output ends with `dict` (at most 32 KiB are used), ended by a sync flush.
 pub fn deflate_after(dict: &[u8], data: &[u8], level: u32) -> Vec<u8> {
     let mut compress = flate2::Compress::new(flate2::Compression::new(level), false);
-    let mut out = Vec::with_capacity(data.len() / 8 + dict.len() / 4 + 64);
-    if !dict.is_empty() && !flush(&mut compress, dict, &mut out) {
+    let dict = &dict[dict.len().saturating_sub(32 * 1024)..];
+    if !dict.is_empty() && compress.set_dictionary(dict).is_err() {
         return stored(data);
     }
-    let primed = out.len();
-    if !flush(&mut compress, data, &mut out) || compress.total_in() != (dict.len() + data.len()) as u64 {
+    let mut out = Vec::with_capacity(data.len() / 8 + 64);
+    if !flush(&mut compress, data, &mut out) {
         return stored(data);
     }
-    if primed == 0 {
-        return out;
-    }
-    out[primed..].to_vec()
+    out
 }
 
 /// Compresses all of `data` into `out` and sync-flushes; false if the compressor refused.

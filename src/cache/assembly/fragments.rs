@@ -85,9 +85,11 @@ pub(super) struct Fragments {
 /// per application.
 pub(super) const WINDOW: usize = 1024;
 
-/// Whether `a` and `b` are the same shared bytes (a piece's dictionary and a tail).
+/// Whether a piece compressed after `a` is valid after `b`: the same shared bytes, or the same
+/// content (a predecessor taken again whose last instance did not change: its piece changes, the
+/// one after it need not be compressed again).
 fn same(a: &Bytes, b: &Bytes) -> bool {
-    a.len() == b.len() && (a.is_empty() || a.as_ptr() == b.as_ptr())
+    a.len() == b.len() && (a.is_empty() || a.as_ptr() == b.as_ptr() || a[..] == b[..])
 }
 
 /// Compresses every piece that is not compressed yet or whose predecessor changed, each after
@@ -98,10 +100,17 @@ pub(super) fn chain(fragments: &mut Fragments, format: Format, keep_text: bool) 
     let mut before = Bytes::new();
     let mut compressed = 0;
     for f in fragments.map.values_mut() {
-        let fresh = f
-            .dict
-            .as_ref()
-            .is_some_and(|d| same(d, &before) || crate::mutants::on("stale-piece-window"));
+        let fresh = match &f.dict {
+            None => false,
+            Some(_) if crate::mutants::on("stale-piece-window") => true,
+            Some(d) if d.as_ptr() == before.as_ptr() && d.len() == before.len() => true,
+            Some(d) if same(d, &before) => {
+                // Shared from now on, so that the next build compares pointers.
+                f.dict = Some(before.clone());
+                true
+            }
+            Some(_) => false,
+        };
         if !fresh {
             let text = f.text_or_inflate(format);
             let body = &text[..text.len() - sep.len()];

@@ -168,7 +168,7 @@ fn a_write_reencodes_only_the_application_it_changed() {
             .collect::<Vec<_>>()
     };
     let (full_before, delta_before, pieces_before) = (before(&full), before(&delta), pieces(&full));
-    s.set_status("APP-007", "app-7-1", Status::Down, T0 + 2_000);
+    s.set_status("APP-007", "app-7-2", Status::Down, T0 + 2_000);
     let p = full.build_now(&s).unwrap();
     let changed = |a: &Assembly, old: &[u64]| {
         a.fragments
@@ -183,7 +183,7 @@ fn a_write_reencodes_only_the_application_it_changed() {
     let recompressed = pieces(&full).iter().zip(&pieces_before).filter(|(a, b)| a != b).count();
     assert_eq!(
         recompressed, 2,
-        "its piece and the next one's, which is compressed after its tail"
+        "its piece and the next one's, which is compressed after its tail (the last instance changed)"
     );
     assert_eq!(
         String::from_utf8(gunzip(&p.gzip_ready().unwrap())).unwrap(),
@@ -191,6 +191,22 @@ fn a_write_reencodes_only_the_application_it_changed() {
     );
     delta.build_now(&s).unwrap();
     assert_eq!(changed(&delta, &delta_before), 1, "one fragment of the delta");
+
+    // The first instance is outside the last WINDOW bytes: the next piece stays valid.
+    let tail_before = full.fragments.lock().map["APP-007"].tail.clone();
+    let pieces_before = pieces(&full);
+    s.set_status("APP-007", "app-7-0", Status::Down, T0 + 3_000);
+    let p = full.build_now(&s).unwrap();
+    assert_eq!(full.fragments.lock().map["APP-007"].tail, tail_before);
+    let recompressed = pieces(&full).iter().zip(&pieces_before).filter(|(a, b)| a != b).count();
+    assert_eq!(
+        recompressed, 1,
+        "its own piece only: the bytes the next one follows are the same"
+    );
+    assert_eq!(
+        String::from_utf8(gunzip(&p.gzip_ready().unwrap())).unwrap(),
+        String::from_utf8(s.expected(Kind::Full, Format::Json)).unwrap()
+    );
 }
 
 #[test]
