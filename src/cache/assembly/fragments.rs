@@ -85,11 +85,9 @@ pub(super) struct Fragments {
 /// per application.
 pub(super) const WINDOW: usize = 1024;
 
-/// Whether a piece compressed after `a` is valid after `b`: the same shared bytes, or the same
-/// content (a predecessor taken again whose last instance did not change: its piece changes, the
-/// one after it need not be compressed again).
-fn same(a: &Bytes, b: &Bytes) -> bool {
-    a.len() == b.len() && (a.is_empty() || a.as_ptr() == b.as_ptr() || a[..] == b[..])
+/// Whether `a` and `b` are the same shared bytes (a piece's dictionary and a tail).
+fn shared(a: &Bytes, b: &Bytes) -> bool {
+    a.len() == b.len() && (a.is_empty() || a.as_ptr() == b.as_ptr())
 }
 
 /// Compresses every piece that is not compressed yet or whose predecessor changed, each after
@@ -103,9 +101,11 @@ pub(super) fn chain(fragments: &mut Fragments, format: Format, keep_text: bool) 
         let fresh = match &f.dict {
             None => false,
             Some(_) if crate::mutants::on("stale-piece-window") => true,
-            Some(d) if d.as_ptr() == before.as_ptr() && d.len() == before.len() => true,
-            Some(d) if same(d, &before) => {
-                // Shared from now on, so that the next build compares pointers.
+            Some(d) if shared(d, &before) => true,
+            Some(d) if d[..] == before[..] => {
+                // The predecessor was taken again but its last bytes did not change (its last
+                // instance did not): this piece stays valid. Shared from now on, so that the
+                // next build compares pointers.
                 f.dict = Some(before.clone());
                 true
             }
