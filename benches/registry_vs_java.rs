@@ -22,7 +22,8 @@
 //! the round least favourable to ours, so that one slow run of either server cannot make a row)
 //! and `EO_BENCH_BASELINE` (1: each round also drives [`baseline`], a bare hyper server that
 //! answers every heartbeat with 200 and nothing else, with the same closed-loop generator: the
-//! limit of a heartbeat on this machine).
+//! limit of a heartbeat on this machine), `EO_BENCH_PACED_RATE` (5000: heartbeats per second of the paced
+//! heartbeat phase, every server and the baseline at the same fixed rate; 0 skips it).
 //!
 //! Ours runs with its default flags, except `--max-instances` from 100,000 instances up, where the
 //! default cap is below what a run registers at once (the report says so); Java has no such cap.
@@ -100,6 +101,8 @@ struct Settings {
     rounds: usize,
     /// Whether to measure the bare hyper baseline of a heartbeat each round.
     baseline: bool,
+    /// Heartbeats per second of the paced heartbeat phase (0 skips it).
+    paced: f64,
 }
 
 impl Settings {
@@ -144,6 +147,7 @@ impl Settings {
             java: env_or("EO_BENCH_JAVA", 1u8) != 0,
             rounds: env_or("EO_BENCH_ROUNDS", 2usize).max(1),
             baseline: env_or("EO_BENCH_BASELINE", 1u8) != 0,
+            paced: env_or("EO_BENCH_PACED_RATE", 5000.0f64).max(0.0),
         }
     }
 }
@@ -784,9 +788,9 @@ mod raw {
     }
 }
 
-/// `workers` workers, each with its own [`raw::Conn`], sending heartbeats as fast as the answers
-/// come, for `dur`.
-async fn raw_heartbeats(load: &Arc<Load>, pid: u32, workers: usize, dur: Duration) -> Run {
+/// `workers` workers, each with its own [`raw::Conn`], sending heartbeats for `dur`: as fast as
+/// the answers come (closed loop), or `pace` per second in all (open loop).
+async fn raw_heartbeats(load: &Arc<Load>, pid: u32, workers: usize, dur: Duration, pace: Option<f64>) -> Run {
     let base = reqwest::Url::parse(&load.base).expect("base url");
     let host = format!(
         "{}:{}",
@@ -812,6 +816,7 @@ async fn raw_heartbeats(load: &Arc<Load>, pid: u32, workers: usize, dur: Duratio
     );
     let n = requests.len();
     let mark = CpuMark::now(pid);
+    let start = tokio::time::Instant::now();
     let deadline = Instant::now() + dur;
     let run = join_workers(workers, |w| {
         let requests = requests.clone();
@@ -820,7 +825,17 @@ async fn raw_heartbeats(load: &Arc<Load>, pid: u32, workers: usize, dur: Duratio
             let mut part = Run::default();
             let mut k = 0usize;
             while Instant::now() < deadline {
-                let t = Instant::now();
+                // Paced: the `k`th request of worker `w` is due at `(k × workers + w) / rate`,
+                // and its latency counts from then (open loop: a slow answer delays no one's
+                // schedule but its own connection's).
+                let t = match pace {
+                    Some(rate) => {
+                        let due = start + Duration::from_secs_f64((k * workers + w) as f64 / rate);
+                        tokio::time::sleep_until(due).await;
+                        due.into_std()
+                    }
+                    None => Instant::now(),
+                };
                 let r = match conn.send(&requests[(w + k * workers) % n]).await {
                     Ok((status, bytes)) if (200..300).contains(&status) => Ok(bytes),
                     Ok((status, _)) => Err(format!("Heartbeat: {status}")),
@@ -834,6 +849,11 @@ async fn raw_heartbeats(load: &Arc<Load>, pid: u32, workers: usize, dur: Duratio
     })
     .await;
     mark.finish(pid, run)
+}
+
+/// The paced heartbeat phase's name, with its rate.
+fn paced_phase(rate: f64) -> String {
+    format!("heartbeat at {}/s (paced)", fmt_value(rate, 0))
 }
 
 /// The limit of a heartbeat on this machine: a bare hyper HTTP/1.1 server (keep-alive, the
@@ -883,10 +903,14 @@ async fn measure_baseline(fx: &Arc<Fixture>, s: &Settings) -> Results {
     let load = Arc::new(Load::new(&target.base, fx.clone()));
     eprintln!("[    baseline] heartbeats for {:?}", s.phase);
     // A short warm-up, so that both sides' first connections are not in the figures.
-    let _ = raw_heartbeats(&load, target.pid, s.workers, Duration::from_secs(2)).await;
-    let run = raw_heartbeats(&load, target.pid, s.workers, s.phase).await;
+    let _ = raw_heartbeats(&load, target.pid, s.workers, Duration::from_secs(2), None).await;
+    let run = raw_heartbeats(&load, target.pid, s.workers, s.phase, None).await;
     let mut out = Results::default();
     out.closed("heartbeat", "heartbeats", &run);
+    if s.paced > 0.0 {
+        let run = raw_heartbeats(&load, target.pid, s.workers, s.phase, Some(s.paced)).await;
+        out.closed(&paced_phase(s.paced), "heartbeats", &run);
+    }
     target.stop();
     out
 }
@@ -1246,7 +1270,7 @@ async fn measure(target: &Target, fx: &Arc<Fixture>, s: &Settings) -> Results {
 
     log(&format!("heartbeats for {:?}", s.phase));
     let hb = match s.generator {
-        Generator::Raw => raw_heartbeats(&load, pid, w, s.phase).await,
+        Generator::Raw => raw_heartbeats(&load, pid, w, s.phase, None).await,
         Generator::Reqwest => {
             closed_loop(
                 &load,
@@ -1265,6 +1289,11 @@ async fn measure(target: &Target, fx: &Arc<Fixture>, s: &Settings) -> Results {
         1,
         Better::Info,
     );
+    if s.paced > 0.0 {
+        log(&format!("heartbeats at {}/s for {:?}", s.paced, s.phase));
+        let run = raw_heartbeats(&load, pid, w, s.phase, Some(s.paced)).await;
+        out.closed(&paced_phase(s.paced), "heartbeats", &run);
+    }
 
     for (phase, op, url) in [
         ("full fetch", Op::Full, load.full_url.clone()),
@@ -1618,7 +1647,7 @@ fn ratio(ours: f64, java: f64, better: Better) -> String {
 
 /// Ours against the bare hyper baseline, closed-loop heartbeats: per row the round least
 /// favourable to ours.
-fn print_baseline(rounds: &[Round]) {
+fn print_baseline(rounds: &[Round], paced: f64) {
     let pairs: Vec<(&Results, &Results)> = rounds
         .iter()
         .filter_map(|r| Some((&r.results.first()?.1, r.baseline.as_ref()?)))
@@ -1627,17 +1656,23 @@ fn print_baseline(rounds: &[Round]) {
         return;
     }
     println!(
-        "The limit of a heartbeat: the same closed-loop generator against a bare hyper server that answers every request with 200 and nothing else (`baseline` in the bench), in the same rounds:"
+        "The limit of a heartbeat: the same generators (closed loop, and paced at a fixed rate) against a bare hyper server that answers every request with 200 and nothing else (`baseline` in the bench), in the same rounds:"
     );
     println!();
-    println!("| heartbeat, closed loop | ours | baseline (bare hyper, 200 only) | ours ÷ baseline | by round |");
+    println!("| heartbeat | ours | baseline (bare hyper, 200 only) | ours ÷ baseline | by round |");
     println!("|---|---:|---:|---:|---:|");
     let get = |r: &Results, name: &str| r.metrics.iter().find(|m| m.name == name).map(|m| m.value);
-    for (name, decimals, higher_is_better) in [
-        ("heartbeat: server CPU ms per 1k requests", 1, false),
-        ("heartbeat: heartbeats/s", 0, true),
-        ("heartbeat: p99 latency (ms)", 2, false),
-    ] {
+    let mut rows = vec![
+        ("heartbeat: server CPU ms per 1k requests".to_string(), 1, false),
+        ("heartbeat: heartbeats/s".to_string(), 0, true),
+        ("heartbeat: p99 latency (ms)".to_string(), 2, false),
+    ];
+    if paced > 0.0 {
+        let phase = paced_phase(paced);
+        rows.push((format!("{phase}: server CPU ms per 1k requests"), 1, false));
+    }
+    for (name, decimals, higher_is_better) in rows {
+        let name = name.as_str();
         let per_round: Vec<(f64, f64, f64)> = pairs
             .iter()
             .filter_map(|(o, b)| {
@@ -1882,7 +1917,7 @@ fn print_report(s: &Settings, fx: &Fixture, rounds: &[Round], elapsed: Duration)
         );
     }
     println!();
-    print_baseline(rounds);
+    print_baseline(rounds, s.paced);
     let notes: Vec<String> = rounds
         .iter()
         .enumerate()

@@ -111,8 +111,9 @@ pub fn identity(replica: &str, host: &str, port: u16, now: i64) -> InstanceInfo 
     i
 }
 
-/// The Eureka listener's service: [`heartbeat::Heartbeats`] in front of the router.
-pub type Service = heartbeat::Heartbeats<Router>;
+/// The Eureka listener's service: [`heartbeat::Heartbeats`] in front of the router (and, when
+/// served, of the listener's tower stack: see [`server::serve`]).
+pub type Service = server::Shortcuts<heartbeat::Heartbeats, Router>;
 
 /// The Eureka listener: dashboard at `/`, the API under `/eureka/v2/` (Netflix's prefix) and
 /// `/eureka/` (Spring's); routing ignores a trailing slash, as Jersey does.
@@ -142,9 +143,8 @@ pub fn router(api: Api, access: Option<auth::Access>) -> Service {
         .on_eos(DefaultOnEos::new().level(Level::TRACE))
         .on_failure(DefaultOnFailure::new().level(Level::DEBUG));
     // Plain heartbeats are answered before routing (see `heartbeat`).
-    heartbeat::Heartbeats {
-        api,
-        access,
+    server::Shortcuts {
+        shortcut: heartbeat::Heartbeats { api, access },
         inner: Router::new()
             .fallback_service(NormalizePathLayer::trim_trailing_slash().layer(router))
             .layer(trace),
@@ -355,10 +355,13 @@ pub async fn start(
         http_metrics.register(r);
         reload_metrics.register(r);
     });
-    let admin_app = admin::router(admin::Admin {
-        metrics: api.metrics.clone(),
-        health: api.health.clone(),
-    });
+    let admin_app = server::Shortcuts {
+        shortcut: server::NoShortcut,
+        inner: admin::router(admin::Admin {
+            metrics: api.metrics.clone(),
+            health: api.health.clone(),
+        }),
+    };
     let draining = api.health.stopping();
     let eureka_app = router(api, access);
     let acceptor = tls.as_ref().map(|t| t.acceptor());

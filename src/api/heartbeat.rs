@@ -1,4 +1,5 @@
-//! The heartbeat's own path: `PUT {prefix}/apps/{app}/{id}` answered in front of axum's router.
+//! The heartbeat's own path: `PUT {prefix}/apps/{app}/{id}` answered in front of axum's router
+//! and of the listener's tower stack (a [`Shortcut`]).
 //!
 //! Heartbeats are nearly all of a Eureka server's requests (every client, every 30 s), and each
 //! one through the router paid for what it does not use: a clone of each boxed route service and
@@ -11,33 +12,31 @@
 //! and any heartbeat path that needs decoding (a `%` escape, an empty segment, a trailing slash),
 //! goes through the router as before, so what a client sees does not depend on which path
 //! answered it.
+//!
+//! It answers in front of the stack's in-flight limit, request timeout and body deadline too:
+//! a heartbeat is answered synchronously from its head, so none of them has anything to act on,
+//! and each cost a timer or a semaphore per heartbeat. Heartbeats are therefore never shed
+//! with 503 while slow requests fill the in-flight limit.
 
-use std::{
-    convert::Infallible,
-    future::{Ready, ready},
-    sync::Arc,
-    task::{Context, Poll},
-    time::Instant,
-};
+use std::{sync::Arc, time::Instant};
 
 use axum::{
     http::{Method, Request},
     response::{IntoResponse, Response},
 };
-use futures::future::Either;
 
 use super::{
     Api,
     auth::{self, Access, Caller},
     eureka, record,
+    server::Shortcut,
 };
 
-/// Wraps the routed service `inner`: plain heartbeats are answered here, the rest go to `inner`.
+/// Answers plain heartbeats; the rest is left to the router.
 #[derive(Clone)]
-pub struct Heartbeats<S> {
+pub struct Heartbeats {
     pub api: Arc<Api>,
     pub access: Option<Arc<Access>>,
-    pub inner: S,
 }
 
 /// `(app, id)` when `path` is a heartbeat's path under `/eureka/` or `/eureka/v2/` with two
@@ -50,7 +49,7 @@ fn heartbeat_path(path: &str) -> Option<(&str, &str)> {
     (plain(app) && plain(id)).then_some((app, id))
 }
 
-impl<S> Heartbeats<S> {
+impl Heartbeats {
     fn renew<B>(&self, request: &Request<B>, app: &str, id: &str) -> Response {
         let started = Instant::now();
         // What the router's `TraceLayer` makes of every request (see `super::router`).
@@ -91,25 +90,13 @@ impl<S> Heartbeats<S> {
     }
 }
 
-impl<S, B> tower::Service<Request<B>> for Heartbeats<S>
-where
-    S: tower::Service<Request<B>, Response = Response, Error = Infallible>,
-{
-    type Response = Response;
-    type Error = Infallible;
-    type Future = Either<Ready<Result<Response, Infallible>>, S::Future>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: Request<B>) -> Self::Future {
-        if request.method() == Method::PUT
-            && let Some((app, id)) = heartbeat_path(request.uri().path())
-        {
-            return Either::Left(ready(Ok(self.renew(&request, app, id))));
+impl Shortcut for Heartbeats {
+    fn answer<B>(&self, request: &Request<B>) -> Option<Response> {
+        if request.method() != Method::PUT {
+            return None;
         }
-        Either::Right(self.inner.call(request))
+        let (app, id) = heartbeat_path(request.uri().path())?;
+        Some(self.renew(request, app, id))
     }
 }
 

@@ -17,6 +17,10 @@
 //! * **In-flight requests**: tower's `GlobalConcurrencyLimitLayer` behind `LoadShed`, so a
 //!   request over the limit is answered 503 with `Retry-After` at once instead of queueing
 //!   (Eureka clients then try their next server).
+//! * **Shortcuts** ([`Shortcut`]): requests a listener answers from their head alone, at once,
+//!   in front of the limits and timeouts above, which have nothing to act on for them: the
+//!   Eureka listener's plain heartbeats, nearly all of its requests. They are never shed or
+//!   timed out (a heartbeat refused for being behind a slow full fetch would cost a lease).
 //! * **Open connections**: the accept loop below. It is written by hand because neither hyper,
 //!   hyper-util nor axum offers an accept loop with a connection bound, TLS, and graceful
 //!   shutdown together (`axum::serve` runs hyper without a timer and accepts without limit).
@@ -50,6 +54,7 @@ use axum::{
     http::{HeaderValue, Request, Response, StatusCode, header},
     response::IntoResponse,
 };
+use futures::future::Either;
 use hyper::body::Incoming;
 use hyper_util::{
     rt::{TokioIo, TokioTimer},
@@ -61,12 +66,13 @@ use prometheus_client::{
     metrics::{counter::Counter, family::Family, gauge::Gauge},
     registry::Registry,
 };
+use std::future::{Ready, ready};
 use tokio::{
     io::{AsyncRead, AsyncWrite},
     net::{TcpListener, TcpStream},
     sync::{OwnedSemaphorePermit, Semaphore},
 };
-use tower::{BoxError, ServiceBuilder, limit::GlobalConcurrencyLimitLayer};
+use tower::{BoxError, ServiceBuilder, ServiceExt, limit::GlobalConcurrencyLimitLayer, util::Oneshot};
 use tower_http::timeout::{DeadlineBody, RequestBodyDeadlineLayer, TimeoutLayer};
 
 /// hyper's smallest read buffer (it panics below).
@@ -195,14 +201,67 @@ fn busy(retry_after_seconds: u32, close: bool) -> Response<Body> {
     r
 }
 
+/// Requests a listener answers in front of its tower stack ([`serve`]): at once and from the
+/// request's head alone, so the stack's in-flight limit, request timeout and body deadline have
+/// nothing to act on. Everything a shortcut leaves goes through the stack.
+pub trait Shortcut: Clone + Send + Sync + 'static {
+    /// The answer to `request`, or `None` for the stack to handle it.
+    fn answer<B>(&self, request: &Request<B>) -> Option<axum::response::Response>;
+}
+
+/// No shortcut: every request goes through the stack.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoShortcut;
+
+impl Shortcut for NoShortcut {
+    fn answer<B>(&self, _: &Request<B>) -> Option<axum::response::Response> {
+        None
+    }
+}
+
+/// A [`Shortcut`] in front of a service.
+#[derive(Clone, Debug)]
+pub struct Shortcuts<C, S> {
+    pub shortcut: C,
+    pub inner: S,
+}
+
+impl<C, S, B> tower::Service<Request<B>> for Shortcuts<C, S>
+where
+    C: Shortcut,
+    S: tower::Service<Request<B>, Response = axum::response::Response, Error = Infallible> + Clone,
+{
+    type Response = axum::response::Response;
+    type Error = Infallible;
+    type Future = Either<Ready<Result<Self::Response, Infallible>>, Oneshot<S, Request<B>>>;
+
+    /// Always ready: the inner service is asked only for the requests it gets, so a shortcut's
+    /// answer takes no in-flight permit.
+    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Infallible>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        if let Some(answer) = self.shortcut.answer(&request) {
+            return Either::Left(ready(Ok(answer)));
+        }
+        // tower's pattern for a service that was not readied: the clone goes, readied on its own.
+        let clone = self.inner.clone();
+        Either::Right(std::mem::replace(&mut self.inner, clone).oneshot(request))
+    }
+}
+
 /// Serves `router` (an axum `Router`, or a service around one) on `listener` (over TLS when `tls`
-/// is given) until `shutdown` resolves, then lets open requests finish for up to the shutdown
-/// grace. `name` labels logs and metrics.
+/// is given), with `shortcut` in front of the stack, until `shutdown` resolves, then lets open
+/// requests finish for up to the shutdown grace. `name` labels logs and metrics.
 #[allow(clippy::too_many_arguments)]
-pub async fn serve<R>(
+pub async fn serve<R, C>(
     name: &'static str,
     listener: TcpListener,
-    router: R,
+    Shortcuts {
+        shortcut,
+        inner: router,
+    }: Shortcuts<C, R>,
     settings: &HttpConfig,
     tls: Option<tokio_rustls::TlsAcceptor>,
     metrics: ServerMetrics,
@@ -211,13 +270,14 @@ pub async fn serve<R>(
 ) -> Result<(), Error>
 where
     R: Routed,
+    C: Shortcut,
 {
     let addr = listener
         .local_addr()
         .map_err(|source| Error::LocalAddr { listener: name, source })?;
     let settings = settings.clone();
     let counters = Counters::of(&metrics, name);
-    let service = stack(router, &settings, counters.shed_requests.clone(), draining);
+    let service = stack(router, shortcut, &settings, counters.shed_requests.clone(), draining);
     let service = TowerToHyperService::new(service);
     let slots = Slots::new(name, settings.max_connections);
     let graceful = GracefulShutdown::new();
@@ -362,10 +422,11 @@ impl<R> Routed for R where
 }
 
 /// The tower stack every request passes: `Connection: close` on every response once the process
-/// is stopping, load shedding (503 with `Retry-After`) above the in-flight limit, then the request
-/// timeout (408) and the body-read deadline, then the router.
-fn stack<R: Routed>(
+/// is stopping, the shortcut, load shedding (503 with `Retry-After`) above the in-flight limit,
+/// then the request timeout (408) and the body-read deadline, then the router.
+fn stack<R: Routed, C: Shortcut>(
     router: R,
+    shortcut: C,
     settings: &HttpConfig,
     shed_requests: Counter,
     draining: Arc<AtomicBool>,
@@ -385,6 +446,10 @@ fn stack<R: Routed>(
                     .insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
             r
+        })
+        .layer_fn(move |inner| Shortcuts {
+            shortcut: shortcut.clone(),
+            inner,
         })
         .map_request(|r: Request<Incoming>| r.map(Body::new))
         .layer(HandleErrorLayer::new(move |e: BoxError| {
@@ -551,7 +616,11 @@ mod tests {
                 let _ = stopped.await;
             };
             let metrics = ServerMetrics::default();
-            serve("test", listener, router, &settings, None, metrics, draining, shutdown).await
+            let service = Shortcuts {
+                shortcut: NoShortcut,
+                inner: router,
+            };
+            serve("test", listener, service, &settings, None, metrics, draining, shutdown).await
         });
         (addr, stop)
     }

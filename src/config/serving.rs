@@ -31,7 +31,7 @@ pub struct ServingArgs {
     #[arg(long, env = "EUREKA_HTTP_MAX_CONNECTIONS", default_value_t = 8_192)]
     pub http_max_connections: usize,
 
-    /// Requests handled at once per listener; more are answered 503 with `Retry-After` at once.
+    /// Requests handled at once per listener; more are answered 503 with `Retry-After` at once (plain heartbeats, answered from their head in front of this limit, are never shed).
     #[arg(long, env = "EUREKA_HTTP_MAX_IN_FLIGHT_REQUESTS", default_value_t = 512)]
     pub http_max_in_flight_requests: usize,
 

@@ -354,15 +354,8 @@ impl Registry {
         if info.status == Status::Up {
             lease.service_up(now);
         }
-        self.store.put(
-            Entry {
-                info,
-                lease,
-                holding: Holding::Imported { link },
-                copied: false,
-            },
-            now,
-        );
+        self.store
+            .put(Entry::new(info, lease, Holding::Imported { link }, false), now);
     }
 
     /// Settles every application of every link: after writes whose applications are not known

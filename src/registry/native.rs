@@ -91,12 +91,7 @@ impl Registry {
         registrant.action_type = Some(ActionType::Added);
         registrant.last_updated_timestamp = now;
         registrant.shrink_to_fit();
-        let entry = Entry {
-            info: Arc::new(registrant),
-            lease,
-            holding,
-            copied: copy,
-        };
+        let entry = Entry::new(Arc::new(registrant), lease, holding, copy);
         self.store.put(entry, now);
         self.totals.registrations += 1;
 
@@ -307,9 +302,8 @@ impl Registry {
             self.preservation.renewed(now);
         }
         self.totals.renewals += 1;
-        let entry = self.store.renew(&app, &id, now).expect("present");
-        let stored_dirty = entry.info.last_dirty_timestamp;
-        let (stored_status, origin) = (entry.info.status, entry.holding.kind());
+        let renewed = self.store.renew(&app, &id, now).expect("present");
+        let (stored_dirty, stored_status, origin) = (renewed.last_dirty_timestamp, renewed.status, renewed.origin);
         let mut outcome = Outcome::reply(Reply::Ok);
         if let Some(incoming) = dirty_param.filter(|_| self.config.sync_when_timestamp_differs) {
             if incoming > stored_dirty {

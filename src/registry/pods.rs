@@ -157,15 +157,7 @@ impl Registry {
         info.last_dirty_timestamp = now;
         info.shrink_to_fit();
         self.push_recent_registered(now, &app, &id);
-        self.store.put(
-            Entry {
-                info: Arc::new(info),
-                lease,
-                holding,
-                copied: false,
-            },
-            now,
-        );
+        self.store.put(Entry::new(Arc::new(info), lease, holding, false), now);
         self.totals.registrations += 1;
         let view = self.store.view_of(&app, &id).expect("present");
         Outcome {

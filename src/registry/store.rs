@@ -110,6 +110,29 @@ pub(super) struct Entry {
     pub(super) holding: Holding,
     /// Registered from a copy of a peer's registry (`Command::RegisterCopy`).
     pub(super) copied: bool,
+    /// The deadline its lease is filed under in the [`ExpiryOrder`] (while it has one): never
+    /// later than the lease's deadline. Set by the store.
+    filed: i64,
+}
+
+impl Entry {
+    pub(super) fn new(info: Arc<InstanceInfo>, lease: Lease, holding: Holding, copied: bool) -> Entry {
+        Entry {
+            info,
+            lease,
+            holding,
+            copied,
+            filed: 0,
+        }
+    }
+}
+
+/// What a heartbeat's renewal leaves for the rules to answer with (see [`Store::renew`]).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Renewed {
+    pub(super) last_dirty_timestamp: i64,
+    pub(super) status: Status,
+    pub(super) origin: Origin,
 }
 
 /// Application name → instance id → entry. The names are shared with the change log and the
@@ -146,11 +169,18 @@ pub(super) struct Store {
 /// come and go, so that the count of expired leases (every scrape and dashboard view asks) costs
 /// only the leases that expired since it was last asked.
 ///
-/// A lease's key is its deadline and then the address of its instance's stored id, which is
-/// unique among stored instances and lives as long as the lease is here (the value holds it).
-/// Every heartbeat moves its lease, and comparing integers instead of names spares the cache
-/// misses of reading two strings per comparison. Ties are in no useful order; the one reader
-/// that lists leases (eviction) sorts what it takes.
+/// A lease's key is the deadline it is filed under and then the address of its instance's
+/// stored id, which is unique among stored instances and lives as long as the lease is here (the
+/// value holds it); comparing integers instead of names spares the cache misses of reading two
+/// strings per comparison. Ties are in no useful order; the one reader that lists leases
+/// (eviction) sorts what it takes.
+///
+/// Filing is lazy: a heartbeat only moves its lease's deadline later, so the lease stays where
+/// it was filed and is refiled under its deadline when a reader reaches it ([`Store::refile`]).
+/// A lease renewed every 30 s with a 90 s lease is refiled about once per 90 s instead of
+/// moved at every heartbeat, and off the heartbeat's path. Leases filed before the mark are
+/// filed exactly (what the count counts): a heartbeat on one of them refiles it at once, as does
+/// one whose deadline went back (the clock did).
 #[derive(Clone, Debug)]
 struct ExpiryOrder {
     leases: BTreeMap<(i64, usize), (Arc<str>, Arc<str>)>,
@@ -317,16 +347,46 @@ impl Store {
     }
 
     /// The expiring leases that are expired at `now` with `additional_ms` of grace, as
-    /// `(app, id)`, soonest expired first; costs what has expired.
-    pub(super) fn expired(&self, now: i64, additional_ms: i64) -> impl Iterator<Item = (&Arc<str>, &Arc<str>)> {
+    /// `(app, id)`, soonest expired first; costs what has expired (and what was renewed since it
+    /// was last filed, once).
+    pub(super) fn expired(&mut self, now: i64, additional_ms: i64) -> impl Iterator<Item = (&Arc<str>, &Arc<str>)> {
         // `now > deadline + additional` ⇔ `deadline < now - additional`.
-        let below = (now.saturating_sub(additional_ms), 0);
-        self.expiring.leases.range(..below).map(|(_, (app, id))| (app, id))
+        let below = now.saturating_sub(additional_ms);
+        self.refile(below);
+        self.expiring.leases.range(..(below, 0)).map(|(_, (app, id))| (app, id))
     }
 
     /// How many expiring leases are expired at `now` (what `expired(now, 0)` would list).
     pub(super) fn expired_count(&mut self, now: i64) -> u64 {
+        self.refile(now);
         self.expiring.expired_count(now)
+    }
+
+    /// Refiles under their deadlines the leases filed before `below` that were renewed since
+    /// they were filed, so that every lease filed before `below` is filed exactly. Those filed
+    /// before the mark already are (see [`ExpiryOrder`]).
+    fn refile(&mut self, below: i64) {
+        let (mark, mode) = (self.expiring.expired_before.0, self.mode);
+        if below <= mark {
+            return;
+        }
+        let moved: Vec<(i64, i64, Arc<str>, Arc<str>)> = self
+            .expiring
+            .leases
+            .range((mark, 0)..(below, 0))
+            .filter_map(|(&(filed, _), (app, id))| {
+                let e = self.apps.get(app)?.get(id)?;
+                let d = deadline(&e.lease, &e.holding, mode)?;
+                (d != filed).then(|| (filed, d, app.clone(), id.clone()))
+            })
+            .collect();
+        for (filed, d, app, id) in moved {
+            self.expiring.remove(filed, &id);
+            self.expiring.insert(d, &app, &id);
+            if let Some(e) = self.apps.get_mut(&app).and_then(|a| a.get_mut(&id)) {
+                e.filed = d;
+            }
+        }
     }
 
     /// The names `app` and `id` are stored under, shared (none when not stored).
@@ -373,13 +433,13 @@ impl Store {
         }
         self.by_origin[slot(e.holding.kind())] = self.by_origin[slot(e.holding.kind())].saturating_sub(1);
         self.text_bytes -= counted_bytes(e);
-        if let Some(d) = self.deadline(e) {
-            self.expiring.remove(d, id);
+        if e.holding.expires() {
+            self.expiring.remove(e.filed, id);
         }
     }
 
-    /// Puts an entry into the indices.
-    fn index(&mut self, app: &Arc<str>, id: &Arc<str>, e: &Entry) {
+    /// Puts an entry into the indices (and files its lease under its deadline).
+    fn index(&mut self, app: &Arc<str>, id: &Arc<str>, e: &mut Entry) {
         self.counts.add(e.info.status);
         if e.holding.kind() == Origin::Imported {
             self.imported.add(e.info.status);
@@ -388,6 +448,7 @@ impl Store {
         self.text_bytes += counted_bytes(e);
         if let Some(d) = self.deadline(e) {
             self.expiring.insert(d, app, id);
+            e.filed = d;
         }
     }
 
@@ -398,7 +459,7 @@ impl Store {
     }
 
     /// Inserts or replaces an entry and logs an ADDED change.
-    pub(super) fn put(&mut self, entry: Entry, now: i64) {
+    pub(super) fn put(&mut self, mut entry: Entry, now: i64) {
         let app_key = shared_name(&self.apps, &entry.info.app);
         let old = self
             .apps
@@ -411,7 +472,7 @@ impl Store {
             }
             None => Arc::from(entry.info.id()),
         };
-        self.index(&app_key, &id_key, &entry);
+        self.index(&app_key, &id_key, &mut entry);
         self.owners.moved(
             &app_key,
             &id_key,
@@ -448,36 +509,35 @@ impl Store {
         let owner_before = entry.holding.owner().cloned();
         self.unindex(&id_key, &entry);
         let result = edit(&mut entry);
-        self.index(&app_key, &id_key, &entry);
+        self.index(&app_key, &id_key, &mut entry);
         self.owners
             .moved(&app_key, &id_key, owner_before.as_ref(), entry.holding.owner());
         self.apps.get_mut(app)?.insert(id_key, entry);
         Some(result)
     }
 
-    /// A heartbeat's renewal: the lease only (the hot path: no owner or text bookkeeping).
-    /// Returns the renewed entry (`None` when not stored).
-    pub(super) fn renew(&mut self, app: &str, id: &str, now: i64) -> Option<&Entry> {
-        let mode = self.mode;
-        let (app_key, instances) = self.apps.get_key_value(app)?;
-        let (id_key, e) = instances.get_key_value(id)?;
-        let mut renewed = e.lease.clone();
-        renewed.renew(now);
-        let (before, after) = (
-            deadline(&e.lease, &e.holding, mode),
-            deadline(&renewed, &e.holding, mode),
-        );
-        if before != after {
-            if let Some(d) = before {
-                self.expiring.remove(d, id_key);
-            }
-            if let Some(d) = after {
-                self.expiring.insert(d, app_key, id_key);
-            }
-        }
+    /// A heartbeat's renewal: the lease only (the hot path: one lookup, no owner or text
+    /// bookkeeping, and the lease stays where it is filed unless it was counted as expired or its
+    /// deadline went back). `None` when not stored.
+    pub(super) fn renew(&mut self, app: &str, id: &str, now: i64) -> Option<Renewed> {
+        let mark = self.expiring.expired_before.0;
         let e = self.apps.get_mut(app)?.get_mut(id)?;
-        e.lease = renewed;
-        Some(e)
+        e.lease.renew(now);
+        let renewed = Renewed {
+            last_dirty_timestamp: e.info.last_dirty_timestamp,
+            status: e.info.status,
+            origin: e.holding.kind(),
+        };
+        let refile = match deadline(&e.lease, &e.holding, self.mode) {
+            Some(d) if e.filed < mark || d < e.filed => Some((std::mem::replace(&mut e.filed, d), d)),
+            _ => None,
+        };
+        if let Some((filed, d)) = refile {
+            let (app_key, id_key) = self.keys(app, id)?;
+            self.expiring.remove(filed, &id_key);
+            self.expiring.insert(d, &app_key, &id_key);
+        }
+        Some(renewed)
     }
 
     /// Removes an entry, cancels its lease and logs a DELETED change with its last state, which
@@ -534,7 +594,13 @@ impl Store {
                 by_origin[slot(e.holding.kind())] += 1;
                 text_bytes += counted_bytes(e);
                 if let Some(d) = self.deadline(e) {
-                    expiring.insert(expiry_key(d, id), (app.clone(), id.clone()));
+                    assert!(e.filed <= d, "{app}/{id} is filed after its deadline");
+                    let mark = self.expiring.expired_before.0;
+                    assert!(
+                        e.filed >= mark || e.filed == d,
+                        "{app}/{id} is counted as expired but renewed"
+                    );
+                    expiring.insert(expiry_key(e.filed, id), (app.clone(), id.clone()));
                 }
             }
         }

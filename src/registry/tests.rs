@@ -656,6 +656,80 @@ fn the_expired_count_follows_each_lease_in_both_modes() {
     }
 }
 
+/// Leases are filed lazily (a heartbeat leaves its lease where it is filed; readers refile what
+/// they reach): at any instant, with heartbeats, counts, eviction runs and a clock that sometimes
+/// steps back in between, the expired count and the leases eviction finds must be exactly those
+/// whose own lease says they are expired, as if every heartbeat had moved its lease.
+#[test]
+fn lazily_filed_leases_count_and_evict_as_if_moved_at_every_heartbeat() {
+    for mode in [ExpiryMode::Exact, ExpiryMode::Java] {
+        let mut config = RegistryConfig {
+            lease_expiry: mode,
+            ..Default::default()
+        };
+        config.preservation.enable_self_preservation = false;
+        let mut r = renewing_registry(24, 30, config);
+        let expired_by_scan = |r: &Registry, now: i64| {
+            let mut ids: Vec<String> = r
+                .store
+                .entries()
+                .filter(|e| e.holding.expires() && e.lease.is_expired(now, 0, mode))
+                .map(|e| e.info.id().to_string())
+                .collect();
+            ids.sort();
+            ids
+        };
+        let (mut now, mut seed) = (T0, 0x9e37_79b9_7f4a_7c15u64);
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut steps_back = 0;
+        for step in 0..6_000 {
+            let roll = next();
+            now += match roll % 100 {
+                0..=2 => {
+                    steps_back += 1;
+                    -(((roll >> 8) % 5_000) as i64)
+                }
+                _ => ((roll >> 8) % 600) as i64,
+            };
+            let id = format!("o-{:02}", (roll >> 24) % 24);
+            match (roll >> 40) % 10 {
+                0..=3 => {
+                    if renew(&mut r, "ORDERS", &id, now) == Reply::NotFound {
+                        let mut info = inst("orders", &id);
+                        info.lease.duration_secs = 30;
+                        register(&mut r, info, now);
+                    }
+                }
+                4..=6 => {
+                    let scanned = expired_by_scan(&r, now);
+                    assert_eq!(r.stats(now).expired, scanned.len() as u64, "{mode:?}, step {step}");
+                }
+                7..=8 => {
+                    let mut found: Vec<String> = r.store.expired(now, 0).map(|(_, id)| id.to_string()).collect();
+                    found.sort();
+                    assert_eq!(found, expired_by_scan(&r, now), "{mode:?}, step {step}");
+                }
+                _ => {
+                    let expired = expired_by_scan(&r, now);
+                    for record in r.evict(now, roll) {
+                        assert!(
+                            expired.contains(&record.id),
+                            "{mode:?}, step {step}: {} evicted alive",
+                            record.id
+                        );
+                    }
+                }
+            }
+        }
+        assert!(steps_back > 50, "the clock stepped back {steps_back} times");
+    }
+}
+
 #[test]
 fn java_expiry_mode_keeps_renewed_leases_twice_as_long() {
     let config = RegistryConfig {

@@ -2,7 +2,8 @@
 //! heartbeats every 50 ms (latency measured during each attack and printed as p50/p99/max):
 //! slowloris (hundreds of connections trickling a request head), a connection flood above the
 //! connection limit (answered 503 with `Retry-After`), a flood of stalled uploads above the
-//! in-flight limit (shed with 503, then 408), and idle keep-alive connections (closed).
+//! in-flight limit (shed with 503, then 408; heartbeats answered in front of it), and idle
+//! keep-alive connections (closed).
 //!
 //! The limits are set through the environment (`EUREKA_HTTP_*`), so the same tests run against a
 //! binary that does not know them fail on the attack itself, not on an unknown flag.
@@ -317,17 +318,18 @@ async fn stalled_uploads_above_the_in_flight_limit_are_shed_then_timed_out() {
         c.write_all(stalled_head.as_bytes()).await.unwrap();
         stalled.push(c);
     }
-    // ...so, once they are all in the handler, a heartbeat is shed at once (503, Retry-After).
+    // ...so, once they are all in the handler, a fetch is shed at once (503, Retry-After)...
     let url = format!("{}apps/{APP}/{ID}?status=UP&lastDirtyTimestamp=1", server.url());
+    let fetch = format!("{}apps/{APP}", server.url());
     let client = http();
     let shed = crate::common::process::wait_for(
         "a request shed at the in-flight limit",
         Duration::from_secs(20),
         Duration::from_millis(20),
         || {
-            let (client, url) = (client.clone(), url.clone());
+            let (client, fetch) = (client.clone(), fetch.clone());
             async move {
-                let r = client.put(&url).send().await.ok()?;
+                let r = client.get(&fetch).send().await.ok()?;
                 (r.status() == 503).then(|| r.headers().get("retry-after").cloned())
             }
         },
@@ -335,6 +337,14 @@ async fn stalled_uploads_above_the_in_flight_limit_are_shed_then_timed_out() {
     .await;
     let shed_after = started.elapsed();
     assert_eq!(shed.as_ref().and_then(|v| v.to_str().ok()), Some("1"));
+    // ...while heartbeats, answered in front of the limit from their head alone, keep their
+    // leases (a heartbeat shed behind slow requests would cost one).
+    for _ in 0..5 {
+        let r = client.put(&url).send().await.unwrap();
+        assert_eq!(r.status(), 200, "a heartbeat while the in-flight slots are held");
+    }
+    let r = client.get(&fetch).send().await.unwrap();
+    assert_eq!(r.status(), 503, "the slots are still held");
 
     // The stalled uploads are answered 408 by the body deadline, freeing the slots.
     let mut answers = Vec::new();
@@ -346,10 +356,10 @@ async fn stalled_uploads_above_the_in_flight_limit_are_shed_then_timed_out() {
         answers.iter().all(|a| *a == Some(408)),
         "stalled uploads got {answers:?}"
     );
-    let r = client.put(&url).send().await.unwrap();
-    assert_eq!(r.status(), 200, "a heartbeat after the stalled uploads were dropped");
+    let r = client.get(&fetch).send().await.unwrap();
+    assert_eq!(r.status(), 200, "a fetch after the stalled uploads were dropped");
     println!(
-        "IN-FLIGHT FLOOD: {LIMIT} stalled uploads; a heartbeat shed (503) after {shed_after:?}; uploads answered 408 after {timed_out_after:?}"
+        "IN-FLIGHT FLOOD: {LIMIT} stalled uploads; a fetch shed (503) after {shed_after:?}, heartbeats 200; uploads answered 408 after {timed_out_after:?}"
     );
 }
 
