@@ -19,11 +19,11 @@
 //! phase uses the lean HTTP/1.1 client in [`raw`]; `reqwest` uses reqwest as every other phase)
 //! `EO_BENCH_JAVA` (1; 0 measures ours alone, for profiling), `EO_BENCH_ROUNDS` (2: each size is
 //! measured that many times, the servers' order reversed every other round, and each row quotes
-//! the round least favourable to ours, so that one slow run of either server cannot make a row)
-//! and `EO_BENCH_BASELINE` (1: each round also drives [`baseline`], a bare hyper server that
-//! answers every heartbeat with 200 and nothing else, with the same closed-loop generator: the
-//! limit of a heartbeat on this machine), `EO_BENCH_PACED_RATE` (5000: heartbeats per second of the paced
-//! heartbeat phase, every server and the baseline at the same fixed rate; 0 skips it).
+//! the round least favourable to ours, so that one slow run of either server cannot make a row),
+//! `EO_BENCH_BASELINE` (1: each round also drives [`baseline`], a bare hyper server that answers
+//! every heartbeat with 200 and nothing else, with the same generators: the limit of a heartbeat
+//! on this machine) and `EO_BENCH_PACED_RATE` (5000: heartbeats per second of the paced heartbeat
+//! phase, every server and the baseline at the same fixed rate, open loop; 0 skips it).
 //!
 //! Ours runs with its default flags, except `--max-instances` from 100,000 instances up, where the
 //! default cap is below what a run registers at once (the report says so); Java has no such cap.
