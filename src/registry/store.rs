@@ -220,6 +220,12 @@ impl ExpiryOrder {
         }
     }
 
+    /// Moves a lease filed under `filed` to `d`.
+    fn refile(&mut self, filed: i64, d: i64, app: &Arc<str>, id: &Arc<str>) {
+        self.remove(filed, id);
+        self.insert(d, app, id);
+    }
+
     /// Costs the leases that expired since the last call, or a scan of the expired ones if the
     /// clock went back.
     fn expired_count(&mut self, now: i64) -> u64 {
@@ -381,8 +387,7 @@ impl Store {
             })
             .collect();
         for (filed, d, app, id) in moved {
-            self.expiring.remove(filed, &id);
-            self.expiring.insert(d, &app, &id);
+            self.expiring.refile(filed, d, &app, &id);
             if let Some(e) = self.apps.get_mut(&app).and_then(|a| a.get_mut(&id)) {
                 e.filed = d;
             }
@@ -534,8 +539,7 @@ impl Store {
         };
         if let Some((filed, d)) = refile {
             let (app_key, id_key) = self.keys(app, id)?;
-            self.expiring.remove(filed, &id_key);
-            self.expiring.insert(d, &app_key, &id_key);
+            self.expiring.refile(filed, d, &app_key, &id_key);
         }
         Some(renewed)
     }
