@@ -54,6 +54,14 @@ pub const ALL: &[(&str, &str)] = &[
         "an instance an on-request link no longer offers leaves its `?regions=` view without a DELETED entry in the delta",
     ),
     (
+        "heartbeats-behind-the-limit",
+        "plain heartbeats go through the in-flight limit, so they are shed while slow requests hold every slot",
+    ),
+    (
+        "unfiled-renewals",
+        "a heartbeat on a lease already counted as expired leaves it where it was filed, so it stays counted",
+    ),
+    (
         "stale-piece-window",
         "a payload piece is not recompressed when the fragment before it, which it refers back into, changed",
     ),

@@ -92,7 +92,7 @@ impl Heartbeats {
 
 impl Shortcut for Heartbeats {
     fn answer<B>(&self, request: &Request<B>) -> Option<Response> {
-        if request.method() != Method::PUT {
+        if request.method() != Method::PUT || crate::mutants::on("heartbeats-behind-the-limit") {
             return None;
         }
         let (app, id) = heartbeat_path(request.uri().path())?;

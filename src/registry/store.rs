@@ -534,7 +534,9 @@ impl Store {
             origin: e.holding.kind(),
         };
         let refile = match deadline(&e.lease, &e.holding, self.mode) {
-            Some(d) if e.filed < mark || d < e.filed => Some((std::mem::replace(&mut e.filed, d), d)),
+            Some(d) if (e.filed < mark && !crate::mutants::on("unfiled-renewals")) || d < e.filed => {
+                Some((std::mem::replace(&mut e.filed, d), d))
+            }
             _ => None,
         };
         if let Some((filed, d)) = refile {
