@@ -25,6 +25,10 @@
 //! on this machine) and `EO_BENCH_PACED_RATE` (5000: heartbeats per second of the paced heartbeat
 //! phase, every server and the baseline at the same fixed rate, open loop; 0 skips it).
 //!
+//! During the mixed load and the deploy storm a [`MachineProbe`] records what the machine itself
+//! did (the host's steal time and how late a sleeping thread wakes), printed per round beside
+//! each server's heartbeat p99: on a shared virtual machine that is the floor under every tail.
+//!
 //! Ours runs with its default flags, except `--max-instances` from 100,000 instances up, where the
 //! default cap is below what a run registers at once (the report says so); Java has no such cap.
 
@@ -571,6 +575,81 @@ async fn open_loop(load: &Arc<Load>, pid: u32, dur: Duration, streams: Vec<Strea
     let wall = mark.2.elapsed();
     let (server, generator) = (cpu_secs(pid) - mark.0, cpu_secs(std::process::id()) - mark.1);
     runs.into_iter().map(|r| r.finish(wall, server, generator)).collect()
+}
+
+// === the machine under the latency phases ===
+
+/// How much the machine itself delayed wake-ups during an open-loop phase, whichever server ran.
+///
+/// On a shared virtual machine the host may not run a vCPU the moment it has work: the kernel
+/// counts that as steal time (`/proc/stat`), and every request that waits on such a wake-up, in
+/// the server or in the generator, carries it into its latency. A thread of this process sleeping
+/// 1 ms at a time measures the same delay directly: how late it wakes is the floor under any
+/// p99 measured on this machine during the phase, for either server.
+struct MachineProbe {
+    stat: (u64, u64),
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<u32>>,
+}
+
+/// What [`MachineProbe`] saw over one phase.
+struct MachineNoise {
+    /// The share of the machine's CPU time the host took away (steal), in %.
+    steal_pct: f64,
+    /// The 99th percentile of how late a 1 ms sleep woke up, in ms.
+    overshoot_p99_ms: f64,
+}
+
+/// `(steal, total)` jiffies of all CPUs, from the first line of `/proc/stat`.
+fn cpu_stat() -> (u64, u64) {
+    let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let fields: Vec<u64> = text
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    (fields.get(7).copied().unwrap_or(0), fields.iter().sum())
+}
+
+impl MachineProbe {
+    fn start() -> MachineProbe {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut late_us = Vec::new();
+            let tick = Duration::from_millis(1);
+            while !flag.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                std::thread::sleep(tick);
+                late_us.push(t.elapsed().saturating_sub(tick).as_micros().min(u32::MAX as u128) as u32);
+            }
+            late_us
+        });
+        MachineProbe {
+            stat: cpu_stat(),
+            stop,
+            thread,
+        }
+    }
+
+    fn finish(self) -> MachineNoise {
+        let (steal, total) = cpu_stat();
+        self.stop.store(true, Ordering::Relaxed);
+        let mut late_us = self.thread.join().unwrap_or_default();
+        late_us.sort_unstable();
+        let p99 = late_us
+            .get((late_us.len() as f64 * 0.99) as usize)
+            .map_or(f64::NAN, |&us| f64::from(us) / 1000.0);
+        let spent = total.saturating_sub(self.stat.1).max(1) as f64;
+        MachineNoise {
+            steal_pct: steal.saturating_sub(self.stat.0) as f64 * 100.0 / spent,
+            overshoot_p99_ms: p99,
+        }
+    }
 }
 
 /// `rounds` times: a status change, then one full and one delta fetch, one request at a time.
@@ -1172,6 +1251,8 @@ struct Metric {
 struct Results {
     metrics: Vec<Metric>,
     notes: Vec<String>,
+    /// Per open-loop phase: what the machine did meanwhile, and that phase's heartbeat p99.
+    machine: Vec<(&'static str, MachineNoise, f64)>,
 }
 
 impl Results {
@@ -1376,9 +1457,12 @@ async fn measure(target: &Target, fx: &Arc<Fixture>, s: &Settings) -> Results {
         (full_rate, Arc::new(|_| Op::Full)),
         (delta_rate, Arc::new(|_| Op::Delta)),
     ];
+    let machine = MachineProbe::start();
     let runs = open_loop(&load, pid, s.mixed, streams).await;
+    let noise = machine.finish();
     let [m_hb, m_reg, m_st, m_full, m_delta] = <[Run; 5]>::try_from(runs).ok().expect("five streams");
     let phase = "mixed";
+    out.machine.push((phase, noise, m_hb.pct(99.0)));
     out.notes.push(format!(
         "mixed samples: {} heartbeats, {} writes, {} full and {} delta fetches (a p99 of few samples is a near-worst case)",
         m_hb.lat_us.len(),
@@ -1547,9 +1631,12 @@ async fn deploy_storm(load: &Arc<Load>, pid: u32, s: &Settings, out: &mut Result
         ),
         (s.storm_clients / 30.0, Arc::new(|_| Op::Delta)),
     ];
+    let machine = MachineProbe::start();
     let runs = open_loop(load, pid, s.storm, streams).await;
+    let noise = machine.finish();
     let [registers, cancels, hb, delta] = <[Run; 4]>::try_from(runs).ok().expect("four streams");
     let phase = "deploy storm";
+    out.machine.push((phase, noise, hb.pct(99.0)));
     out.notes.push(format!(
         "{phase}: {} registrations, {} cancels, {} heartbeats, {} delta fetches",
         registers.lat_us.len(),
@@ -1693,6 +1780,41 @@ fn print_baseline(rounds: &[Round], paced: f64) {
             fmt_value(b, decimals),
             by_round.join(" / ")
         );
+    }
+    println!();
+}
+
+/// What the machine did during each round's open-loop phases, beside the heartbeat p99 measured
+/// there: a p99 near the probe's is the machine's, not the server's.
+fn print_machine(rounds: &[Round]) {
+    let rows: Vec<String> = rounds
+        .iter()
+        .enumerate()
+        .flat_map(|(i, r)| {
+            r.results.iter().flat_map(move |(label, res)| {
+                res.machine.iter().map(move |(phase, noise, hb_p99)| {
+                    format!(
+                        "| {} | {label} | {phase} | {:.1} | {} | {} |",
+                        i + 1,
+                        noise.steal_pct,
+                        fmt_value(noise.overshoot_p99_ms, 2),
+                        fmt_value(*hb_p99, 2)
+                    )
+                })
+            })
+        })
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    println!(
+        "The machine during the open-loop phases: the share of CPU time the host took from this virtual machine (steal, /proc/stat) and how late a thread of the generator woke from a 1 ms sleep (p99), beside the heartbeat p99 each server got in that phase:"
+    );
+    println!();
+    println!("| round | server | phase | steal (% of CPU time) | 1 ms sleep, late by p99 (ms) | heartbeat p99 (ms) |");
+    println!("|---:|---|---|---:|---:|---:|");
+    for row in rows {
+        println!("{row}");
     }
     println!();
 }
@@ -1917,6 +2039,7 @@ fn print_report(s: &Settings, fx: &Fixture, rounds: &[Round], elapsed: Duration)
         );
     }
     println!();
+    print_machine(rounds);
     print_baseline(rounds, s.paced);
     let notes: Vec<String> = rounds
         .iter()
