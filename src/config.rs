@@ -406,7 +406,7 @@ pub struct KubernetesArgs {
     #[arg(long, env = "EUREKA_LEASE_NAME", default_value = "eureka-operator")]
     pub lease_name: String,
 
-    /// Lease duration; a new leader takes over at most this long after the old one stops renewing.
+    /// Lease duration; a new leader takes over this long, plus at most a third of it (one look), after the old one's last renewal.
     #[arg(long, env = "EUREKA_LEASE_DURATION_SECONDS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(3..=3600))]
     pub lease_duration_seconds: u64,
 

@@ -126,6 +126,12 @@ pub async fn run(
     let mut observed: Option<Observed> = None;
     let mut last_renewal: Option<Instant> = None;
     let mut released = std::pin::pin!(releases(api.clone(), &cfg.name, cfg.watch_timeout_seconds));
+    // Looks on a fixed cadence, not a pause after each look: a pause would add every look's
+    // apiserver round trip to the cadence, so a follower would take over up to a third of a lease
+    // later under load (and a leader renew later).
+    let mut looks = tokio::time::interval(cfg.renew_every());
+    looks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    looks.tick().await;
     tokio::pin!(shutdown);
     loop {
         let now = Instant::now();
@@ -146,7 +152,7 @@ pub async fn run(
             tracing::info!(lease = %key, identity = %cfg.identity, leading, "leadership changed");
         }
         tokio::select! {
-            _ = tokio::time::sleep(cfg.renew_every()) => {}
+            _ = looks.tick() => {}
             // The holder gave the Lease up (it is shutting down): look at once, take over now.
             Some(()) = released.next(), if !leading => {
                 tracing::debug!(lease = %key, "the lease was released");

@@ -22,8 +22,9 @@
 //!   the replica's process was frozen (SIGSTOP; a killed or restarted replica has no excuse once it
 //!   answers); a pod changed while the replica's apiserver link was cut (a pod that existed before
 //!   the cut and did not change must stay); the link into the replica from a server the client's
-//!   registration and renewals went through was cut, unless the replica led and could still pull
-//!   from that server, which anti-entropy must then do within [`ANTI_ENTROPY_GRACE`]; the client's
+//!   registration and renewals went through was cut, unless that server is another replica and
+//!   the replica led and could still pull from it, which anti-entropy must then do within
+//!   [`ANTI_ENTROPY_GRACE`] (anti-entropy compares replicas only, never the Java peer); the client's
 //!   registration went to a server killed or stopped just after. Faults of other links, of other
 //!   replicas, delays and apiserver outages explain nothing. The absence must end within the bound
 //!   after the fault heals.
@@ -672,10 +673,18 @@ impl Shared {
             }) {
                 explained(Why::LostWrite)
             } else if f.blocked.iter().any(|(a, b)| *b == r && path.contains(a)) {
-                let pull_cut = faults
+                // Anti-entropy compares replicas only: what a cut from the Java server alone kept
+                // from `r` arrives with Java's own retries and heartbeats after the heal.
+                let only_java = f
+                    .blocked
                     .iter()
-                    .filter(|g| g.active_within(from.checked_sub(lease).unwrap_or(self.t0), t))
-                    .any(|g| g.blocked.iter().any(|(a, b)| *a == r && path.contains(b)));
+                    .filter(|(a, b)| *b == r && path.contains(a))
+                    .all(|(a, _)| *a == JAVA);
+                let pull_cut = only_java
+                    || faults
+                        .iter()
+                        .filter(|g| g.active_within(from.checked_sub(lease).unwrap_or(self.t0), t))
+                        .any(|g| g.blocked.iter().any(|(a, b)| *a == r && path.contains(b)));
                 let led = self.led_throughout(r, t.checked_sub(lease).unwrap_or(self.t0), t);
                 explained(if led && !pull_cut {
                     Why::PathCutLeaderCouldPull
