@@ -21,8 +21,8 @@
 //! measured that many times, the servers' order reversed every other round, and each row quotes
 //! the round least favourable to ours, so that one slow run of either server cannot make a row),
 //! `EO_BENCH_BASELINE` (1: each round also drives [`baseline`], a bare hyper server that answers
-//! every heartbeat with 200 and nothing else, with the same generators: the limit of a heartbeat
-//! on this machine) and `EO_BENCH_PACED_RATE` (5000: heartbeats per second of the paced heartbeat
+//! every heartbeat with 200 and nothing else, and every fetch with as many bytes as our full
+//! payload, with the same generators: the limit of a heartbeat and of a fetch on this machine) and `EO_BENCH_PACED_RATE` (5000: heartbeats per second of the paced heartbeat
 //! phase, every server and the baseline at the same fixed rate, open loop; 0 skips it).
 //!
 //! During the mixed load and the deploy storm a [`MachineProbe`] records what the machine itself
@@ -383,6 +383,10 @@ impl Load {
 #[derive(Default)]
 struct Run {
     lat_us: Vec<u32>,
+    /// Open loop only: how late each request was handed to the client after it was due (the
+    /// generator's own timer and scheduling), and its latency counted from then instead.
+    send_lag_us: Vec<u32>,
+    from_send_us: Vec<u32>,
     ok: u64,
     errors: u64,
     first_error: Option<String>,
@@ -407,8 +411,18 @@ impl Run {
         }
     }
 
+    /// An open-loop request: `took` counts from when it was due, `lag` of it before it was sent.
+    fn record_sent(&mut self, lag: Duration, took: Duration, r: Result<u64, String>) {
+        let us = |d: Duration| d.as_micros().min(u32::MAX as u128) as u32;
+        self.send_lag_us.push(us(lag));
+        self.from_send_us.push(us(took.saturating_sub(lag)));
+        self.record(took, r);
+    }
+
     fn merge(&mut self, other: Run) {
         self.lat_us.extend(other.lat_us);
+        self.send_lag_us.extend(other.send_lag_us);
+        self.from_send_us.extend(other.from_send_us);
         self.ok += other.ok;
         self.errors += other.errors;
         self.bytes += other.bytes;
@@ -419,6 +433,8 @@ impl Run {
 
     fn finish(mut self, wall: Duration, server_cpu: f64, gen_cpu: f64) -> Run {
         self.lat_us.sort_unstable();
+        self.send_lag_us.sort_unstable();
+        self.from_send_us.sort_unstable();
         self.wall = wall;
         self.server_cpu = server_cpu;
         self.gen_cpu = gen_cpu;
@@ -431,11 +447,7 @@ impl Run {
 
     /// The `p`th percentile latency in ms.
     fn pct(&self, p: f64) -> f64 {
-        if self.lat_us.is_empty() {
-            return f64::NAN;
-        }
-        let i = ((self.lat_us.len() as f64 * p / 100.0) as usize).min(self.lat_us.len() - 1);
-        f64::from(self.lat_us[i]) / 1000.0
+        percentile_ms(&self.lat_us, p)
     }
 
     /// Server CPU milliseconds per 1000 successful requests.
@@ -446,6 +458,15 @@ impl Run {
     fn gen_cpu_per_1k(&self) -> f64 {
         self.gen_cpu * 1e6 / (self.ok.max(1) as f64)
     }
+}
+
+/// The `p`th percentile of sorted microseconds, in ms.
+fn percentile_ms(sorted_us: &[u32], p: f64) -> f64 {
+    if sorted_us.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted_us.len() as f64 * p / 100.0) as usize).min(sorted_us.len() - 1);
+    f64::from(sorted_us[i]) / 1000.0
 }
 
 /// CPU counters of the server and of this process, to diff around a phase.
@@ -532,45 +553,64 @@ async fn each_once(load: &Arc<Load>, pid: u32, workers: usize, n: usize, op: fn(
 
 /// Open loop: each stream sends at its own fixed rate whatever the answers do, every request on
 /// its own task; latency counts from the moment the request was due (no coordinated omission).
+///
+/// One pacer thread (outside the runtime) sleeps until the next request of any stream is due and
+/// spawns it on the runtime. Tokio's timers round every deadline up to the next millisecond, so a
+/// `tokio::time::interval` sent each request 0.8 ms late at the median and 1.4 ms at p99 on a
+/// quiet host: more than our server's whole answer to a heartbeat, and in every latency row
+/// counted from the due time. A thread's sleep wakes within tens of microseconds on a quiet host.
 async fn open_loop(load: &Arc<Load>, pid: u32, dur: Duration, streams: Vec<Stream>) -> Vec<Run> {
+    type Sent = tokio::task::JoinHandle<(Duration, Duration, Result<u64, String>)>;
     let mark = CpuMark::now(pid);
-    let deadline = tokio::time::Instant::now() + dur;
-    let handles: Vec<_> = streams
-        .into_iter()
-        .map(|(rate, op)| {
-            let load = load.clone();
-            tokio::spawn(async move {
-                let mut run = Run::default();
-                if rate <= 0.0 {
-                    return run;
-                }
-                let mut every = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
-                every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-                let mut sent = Vec::new();
-                let mut k = 0u64;
-                loop {
-                    let due = every.tick().await;
-                    if due >= deadline {
-                        break;
-                    }
-                    let (load, op) = (load.clone(), op(k));
-                    sent.push(tokio::spawn(async move {
-                        let r = load.exec(op).await;
-                        (due.elapsed(), r)
-                    }));
-                    k += 1;
-                }
-                for s in sent {
-                    let (took, r) = s.await.expect("request task");
-                    run.record(took, r);
-                }
-                run
-            })
-        })
-        .collect();
+    let runtime = tokio::runtime::Handle::current();
+    let pacer_load = load.clone();
+    let n_streams = streams.len();
+    let sent: Vec<Vec<Sent>> = tokio::task::spawn_blocking(move || {
+        let start = Instant::now();
+        let deadline = start + dur;
+        let mut sent: Vec<Vec<Sent>> = (0..n_streams).map(|_| Vec::new()).collect();
+        // The next request of each stream: (its due time as ns after start, stream, its number).
+        let mut next = std::collections::BinaryHeap::new();
+        let period_ns: Vec<f64> = streams.iter().map(|(rate, _)| 1e9 / rate).collect();
+        for (i, (rate, _)) in streams.iter().enumerate() {
+            if *rate > 0.0 {
+                next.push(std::cmp::Reverse((0u64, i, 0u64)));
+            }
+        }
+        while let Some(std::cmp::Reverse((at_ns, i, k))) = next.pop() {
+            let due = start + Duration::from_nanos(at_ns);
+            if due >= deadline {
+                continue;
+            }
+            let wait = due.saturating_duration_since(Instant::now());
+            if !wait.is_zero() {
+                std::thread::sleep(wait);
+            }
+            let (load, op) = (pacer_load.clone(), (streams[i].1)(k));
+            sent[i].push(runtime.spawn(async move {
+                let lag = due.elapsed();
+                let r = load.exec(op).await;
+                (lag, due.elapsed(), r)
+            }));
+            // Rounded, so that a stream of n requests per phase sends n, not one more at the deadline.
+            next.push(std::cmp::Reverse((
+                (period_ns[i] * (k + 1) as f64).round() as u64,
+                i,
+                k + 1,
+            )));
+        }
+        sent
+    })
+    .await
+    .expect("pacer");
     let mut runs = Vec::new();
-    for h in handles {
-        runs.push(h.await.expect("stream"));
+    for stream in sent {
+        let mut run = Run::default();
+        for s in stream {
+            let (lag, took, r) = s.await.expect("request task");
+            run.record_sent(lag, took, r);
+        }
+        runs.push(run);
     }
     let wall = mark.2.elapsed();
     let (server, generator) = (cpu_secs(pid) - mark.0, cpu_secs(std::process::id()) - mark.1);
@@ -598,6 +638,31 @@ struct MachineNoise {
     steal_pct: f64,
     /// The 99th percentile of how late a 1 ms sleep woke up, in ms.
     overshoot_p99_ms: f64,
+}
+
+/// One open-loop phase of one server: what the machine did, and the heartbeat p99 measured there.
+struct PhaseFloor {
+    phase: &'static str,
+    noise: MachineNoise,
+    /// The heartbeat p99 from when each heartbeat was due, and from when it was sent.
+    hb_p99: f64,
+    hb_p99_from_send: f64,
+    /// How late the generator sent the phase's requests (all streams), p50 and p99, in ms.
+    send_lag: (f64, f64),
+}
+
+impl PhaseFloor {
+    fn new(phase: &'static str, noise: MachineNoise, hb: &Run, runs: &[&Run]) -> PhaseFloor {
+        let mut lag: Vec<u32> = runs.iter().flat_map(|r| r.send_lag_us.iter().copied()).collect();
+        lag.sort_unstable();
+        PhaseFloor {
+            phase,
+            noise,
+            hb_p99: hb.pct(99.0),
+            hb_p99_from_send: percentile_ms(&hb.from_send_us, 99.0),
+            send_lag: (percentile_ms(&lag, 50.0), percentile_ms(&lag, 99.0)),
+        }
+    }
 }
 
 /// `(steal, total)` jiffies of all CPUs, from the first line of `/proc/stat`.
@@ -937,24 +1002,44 @@ fn paced_phase(rate: f64) -> String {
 
 /// The limit of a heartbeat on this machine: a bare hyper HTTP/1.1 server (keep-alive, the
 /// runtime's default worker threads, as ours) that answers every request with 200 and an empty
-/// body, nothing else: no routing, no parsing, no registry. It is this bench's own binary run
+/// body, nothing else: no routing, no parsing, no registry. A `GET` is answered with a fixed body
+/// as large as our full payload, so the mixed load run against it shows the limit of a fetch. It is this bench's own binary run
 /// with [`baseline::ADDR_VAR`] set, so that its CPU is counted apart from the generator's.
 mod baseline {
     use std::{convert::Infallible, net::SocketAddr};
 
     use bytes::Bytes;
-    use http_body_util::Empty;
-    use hyper::{Request, Response, body::Incoming, server::conn::http1, service::service_fn};
+    use http_body_util::Full;
+    use hyper::{Method, Request, Response, body::Incoming, server::conn::http1, service::service_fn};
     use hyper_util::rt::TokioIo;
 
     /// The variable that makes the bench binary serve the baseline on the address it holds.
     pub const ADDR_VAR: &str = "EO_BENCH_BASELINE_ADDR";
-
-    async fn ok(_: Request<Incoming>) -> Result<Response<Empty<Bytes>>, Infallible> {
-        Ok(Response::new(Empty::new()))
-    }
+    /// How many bytes it answers a `GET` with (0 unless set): the size of our full payload, so
+    /// that a fetch's floor (the bytes crossing the loopback into the generator) is measured too.
+    pub const BODY_VAR: &str = "EO_BENCH_BASELINE_BODY";
 
     pub fn serve(addr: SocketAddr) {
+        let size: usize = std::env::var(BODY_VAR).ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+        // Bytes that do not compress, as a gzip payload does not; sent as they are.
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let body: Bytes = (0..size)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed as u8
+            })
+            .collect::<Vec<u8>>()
+            .into();
+        let ok = move |request: Request<Incoming>| {
+            let body = if request.method() == Method::GET {
+                body.clone()
+            } else {
+                Bytes::new()
+            };
+            async move { Ok::<_, Infallible>(Response::new(Full::new(body))) }
+        };
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
@@ -966,6 +1051,7 @@ mod baseline {
                     continue;
                 };
                 let _ = stream.set_nodelay(true);
+                let ok = ok.clone();
                 tokio::spawn(async move {
                     let _ = http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), service_fn(ok))
@@ -976,9 +1062,10 @@ mod baseline {
     }
 }
 
-/// The baseline's closed-loop heartbeats: the same generator, workers and length as ours'.
-async fn measure_baseline(fx: &Arc<Fixture>, s: &Settings) -> Results {
-    let target = Target::baseline().await;
+/// The baseline's closed-loop heartbeats: the same generator, workers and length as ours'; then
+/// the mixed load with every `GET` answered by `body` bytes (our full payload's size).
+async fn measure_baseline(fx: &Arc<Fixture>, s: &Settings, body: usize) -> Results {
+    let target = Target::baseline(body).await;
     let load = Arc::new(Load::new(&target.base, fx.clone()));
     eprintln!("[    baseline] heartbeats for {:?}", s.phase);
     // A short warm-up, so that both sides' first connections are not in the figures.
@@ -989,6 +1076,16 @@ async fn measure_baseline(fx: &Arc<Fixture>, s: &Settings) -> Results {
     if s.paced > 0.0 {
         let run = raw_heartbeats(&load, target.pid, s.workers, s.phase, Some(s.paced)).await;
         out.closed(&paced_phase(s.paced), "heartbeats", &run);
+    }
+    if !s.mixed.is_zero() && body > 0 {
+        eprintln!("[    baseline] mixed load for {:?} ({body} bytes a fetch)", s.mixed);
+        let runs = open_loop(&load, target.pid, s.mixed, mixed_streams(fx.instances.len(), s.rates)).await;
+        let [hb, _, _, full, delta] = <[Run; 5]>::try_from(runs).ok().expect("five streams");
+        for (name, run) in [("full fetch", &full), ("delta fetch", &delta)] {
+            out.add(format!("mixed: {name} p50 (ms)"), run.pct(50.0), 2, Better::Lower);
+            out.add(format!("mixed: {name} p99 (ms)"), run.pct(99.0), 2, Better::Lower);
+        }
+        out.add("mixed: heartbeat p99 (ms)", hb.pct(99.0), 2, Better::Lower);
     }
     target.stop();
     out
@@ -1183,11 +1280,12 @@ impl Target {
     }
 
     /// The bare hyper baseline ([`baseline`]) on a free port.
-    async fn baseline() -> Target {
+    async fn baseline(body: usize) -> Target {
         let port = free_port(IP);
         let dir = scratch_dir("bench-baseline");
         let mut cmd = Command::new(std::env::current_exe().expect("the bench binary"));
         cmd.env(baseline::ADDR_VAR, format!("{IP}:{port}"));
+        cmd.env(baseline::BODY_VAR, body.to_string());
         let started = Instant::now();
         let mut proc = Proc::spawn("bench-baseline", cmd, &dir.path().join("baseline.log"));
         while tokio::net::TcpStream::connect((IP, port)).await.is_err() {
@@ -1252,7 +1350,7 @@ struct Results {
     metrics: Vec<Metric>,
     notes: Vec<String>,
     /// Per open-loop phase: what the machine did meanwhile, and that phase's heartbeat p99.
-    machine: Vec<(&'static str, MachineNoise, f64)>,
+    machine: Vec<PhaseFloor>,
 }
 
 impl Results {
@@ -1436,33 +1534,19 @@ async fn measure(target: &Target, fx: &Arc<Fixture>, s: &Settings) -> Results {
     }
 
     log(&format!("mixed load for {:?}", s.mixed));
-    let [hb_rate, reg_rate, st_rate, full_rate, delta_rate] = s.rates;
     let probe = tokio::spawn(visibility_probe(load.clone(), s.probe_timeout));
-    // Status changes take the first instances in turn: OUT_OF_SERVICE, then the override removed.
-    let status_span = n.min(100);
-    let streams: Vec<Stream> = vec![
-        (hb_rate, Arc::new(move |k| Op::Heartbeat(k as usize % n))),
-        (reg_rate, Arc::new(move |k| Op::Register((k as usize * 7919) % n))),
-        (
-            st_rate,
-            Arc::new(move |k| {
-                let i = (k as usize / 2) % status_span;
-                if k % 2 == 0 {
-                    Op::StatusOos(i)
-                } else {
-                    Op::StatusClear(i)
-                }
-            }),
-        ),
-        (full_rate, Arc::new(|_| Op::Full)),
-        (delta_rate, Arc::new(|_| Op::Delta)),
-    ];
+    let streams = mixed_streams(n, s.rates);
     let machine = MachineProbe::start();
     let runs = open_loop(&load, pid, s.mixed, streams).await;
     let noise = machine.finish();
     let [m_hb, m_reg, m_st, m_full, m_delta] = <[Run; 5]>::try_from(runs).ok().expect("five streams");
     let phase = "mixed";
-    out.machine.push((phase, noise, m_hb.pct(99.0)));
+    out.machine.push(PhaseFloor::new(
+        phase,
+        noise,
+        &m_hb,
+        &[&m_hb, &m_reg, &m_st, &m_full, &m_delta],
+    ));
     out.notes.push(format!(
         "mixed samples: {} heartbeats, {} writes, {} full and {} delta fetches (a p99 of few samples is a near-worst case)",
         m_hb.lat_us.len(),
@@ -1608,6 +1692,31 @@ async fn scrapes(load: &Arc<Load>, pid: u32, s: &Settings, out: &mut Results) {
     out.errors(phase, &errs);
 }
 
+/// The mixed load's streams over `n` instances at `rates` (heartbeats, registrations, status
+/// changes, full and delta fetches per second).
+fn mixed_streams(n: usize, rates: [f64; 5]) -> Vec<Stream> {
+    let [hb_rate, reg_rate, st_rate, full_rate, delta_rate] = rates;
+    // Status changes take the first instances in turn: OUT_OF_SERVICE, then the override removed.
+    let status_span = n.min(100);
+    vec![
+        (hb_rate, Arc::new(move |k| Op::Heartbeat(k as usize % n))),
+        (reg_rate, Arc::new(move |k| Op::Register((k as usize * 7919) % n))),
+        (
+            st_rate,
+            Arc::new(move |k| {
+                let i = (k as usize / 2) % status_span;
+                if k % 2 == 0 {
+                    Op::StatusOos(i)
+                } else {
+                    Op::StatusClear(i)
+                }
+            }),
+        ),
+        (full_rate, Arc::new(|_| Op::Full)),
+        (delta_rate, Arc::new(|_| Op::Delta)),
+    ]
+}
+
 /// A deploy storm: a share of the instances re-registered with new ids and the old ones
 /// cancelled, spread over the storm's length, while the other instances heartbeat every 30 s and
 /// clients fetch the delta every 30 s.
@@ -1636,7 +1745,8 @@ async fn deploy_storm(load: &Arc<Load>, pid: u32, s: &Settings, out: &mut Result
     let noise = machine.finish();
     let [registers, cancels, hb, delta] = <[Run; 4]>::try_from(runs).ok().expect("four streams");
     let phase = "deploy storm";
-    out.machine.push((phase, noise, hb.pct(99.0)));
+    out.machine
+        .push(PhaseFloor::new(phase, noise, &hb, &[&registers, &cancels, &hb, &delta]));
     out.notes.push(format!(
         "{phase}: {} registrations, {} cancels, {} heartbeats, {} delta fetches",
         registers.lat_us.len(),
@@ -1743,10 +1853,10 @@ fn print_baseline(rounds: &[Round], paced: f64) {
         return;
     }
     println!(
-        "The limit of a heartbeat: the same generators (closed loop, and paced at a fixed rate) against a bare hyper server that answers every request with 200 and nothing else (`baseline` in the bench), in the same rounds:"
+        "The limit of a heartbeat and of a fetch: the same generators (closed loop, paced at a fixed rate, and the mixed load) against a bare hyper server that answers every request with 200 and nothing else, a `GET` with as many bytes as our full payload (`baseline` in the bench), in the same rounds:"
     );
     println!();
-    println!("| heartbeat | ours | baseline (bare hyper, 200 only) | ours ÷ baseline | by round |");
+    println!("| row | ours | baseline (bare hyper, 200 only) | ours ÷ baseline | by round |");
     println!("|---|---:|---:|---:|---:|");
     let get = |r: &Results, name: &str| r.metrics.iter().find(|m| m.name == name).map(|m| m.value);
     let mut rows = vec![
@@ -1757,6 +1867,15 @@ fn print_baseline(rounds: &[Round], paced: f64) {
     if paced > 0.0 {
         let phase = paced_phase(paced);
         rows.push((format!("{phase}: server CPU ms per 1k requests"), 1, false));
+    }
+    for row in [
+        "full fetch p50",
+        "full fetch p99",
+        "delta fetch p50",
+        "delta fetch p99",
+        "heartbeat p99",
+    ] {
+        rows.push((format!("mixed: {row} (ms)"), 2, false));
     }
     for (name, decimals, higher_is_better) in rows {
         let name = name.as_str();
@@ -1792,13 +1911,17 @@ fn print_machine(rounds: &[Round]) {
         .enumerate()
         .flat_map(|(i, r)| {
             r.results.iter().flat_map(move |(label, res)| {
-                res.machine.iter().map(move |(phase, noise, hb_p99)| {
+                res.machine.iter().map(move |f| {
                     format!(
-                        "| {} | {label} | {phase} | {:.1} | {} | {} |",
+                        "| {} | {label} | {} | {:.1} | {} | {} / {} | {} | {} |",
                         i + 1,
-                        noise.steal_pct,
-                        fmt_value(noise.overshoot_p99_ms, 2),
-                        fmt_value(*hb_p99, 2)
+                        f.phase,
+                        f.noise.steal_pct,
+                        fmt_value(f.noise.overshoot_p99_ms, 2),
+                        fmt_value(f.send_lag.0, 2),
+                        fmt_value(f.send_lag.1, 2),
+                        fmt_value(f.hb_p99, 2),
+                        fmt_value(f.hb_p99_from_send, 2),
                     )
                 })
             })
@@ -1808,11 +1931,13 @@ fn print_machine(rounds: &[Round]) {
         return;
     }
     println!(
-        "The machine during the open-loop phases: the share of CPU time the host took from this virtual machine (steal, /proc/stat) and how late a thread of the generator woke from a 1 ms sleep (p99), beside the heartbeat p99 each server got in that phase:"
+        "The machine during the open-loop phases: the share of CPU time the host took from this virtual machine (steal, /proc/stat), how late a thread of the generator woke from a 1 ms sleep (p99) and how late the generator sent the phase's requests after they were due (its timer and scheduling, p50 / p99), beside the heartbeat p99 each server got in that phase, counted from when each heartbeat was due (as every latency row) and from when it was sent:"
     );
     println!();
-    println!("| round | server | phase | steal (% of CPU time) | 1 ms sleep, late by p99 (ms) | heartbeat p99 (ms) |");
-    println!("|---:|---|---|---:|---:|---:|");
+    println!(
+        "| round | server | phase | steal (% of CPU time) | 1 ms sleep, late by p99 (ms) | sent late by p50 / p99 (ms) | heartbeat p99 (ms) | heartbeat p99 from sending (ms) |"
+    );
+    println!("|---:|---|---|---:|---:|---:|---:|---:|");
     for row in rows {
         println!("{row}");
     }
@@ -2129,7 +2254,17 @@ async fn run() {
                 _ => 2,
             });
             let baseline = if s.baseline {
-                Some(measure_baseline(&fx, &s).await)
+                // A fetch from the baseline carries as many bytes as our full payload did.
+                let body = results
+                    .iter()
+                    .find(|(label, _)| *label == "ours")
+                    .and_then(|(_, r)| {
+                        r.metrics
+                            .iter()
+                            .find(|m| m.name == "full fetch: bytes on the wire (gzip)")
+                    })
+                    .map_or(0, |m| m.value as usize);
+                Some(measure_baseline(&fx, &s, body).await)
             } else {
                 None
             };
