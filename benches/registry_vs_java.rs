@@ -22,8 +22,9 @@
 //! the round least favourable to ours, so that one slow run of either server cannot make a row),
 //! `EO_BENCH_BASELINE` (1: each round also drives [`baseline`], a bare hyper server that answers
 //! every heartbeat with 200 and nothing else, and every fetch with as many bytes as our full
-//! payload, with the same generators: the limit of a heartbeat and of a fetch on this machine) and `EO_BENCH_PACED_RATE` (5000: heartbeats per second of the paced heartbeat
-//! phase, every server and the baseline at the same fixed rate, open loop; 0 skips it).
+//! payload, with the same generators: the limit of a heartbeat and of a fetch on this machine)
+//! and `EO_BENCH_PACED_RATE` (5000: heartbeats per second of the paced heartbeat phase, every
+//! server and the baseline at the same fixed rate, open loop; 0 skips it).
 //!
 //! During the mixed load and the deploy storm a [`MachineProbe`] records what the machine itself
 //! did (the host's steal time and how late a sleeping thread wakes), printed per round beside
@@ -558,7 +559,7 @@ async fn each_once(load: &Arc<Load>, pid: u32, workers: usize, n: usize, op: fn(
 /// spawns it on the runtime. Tokio's timers round every deadline up to the next millisecond, so a
 /// `tokio::time::interval` sent each request 0.8 ms late at the median and 1.4 ms at p99 on a
 /// quiet host: more than our server's whole answer to a heartbeat, and in every latency row
-/// counted from the due time. A thread's sleep wakes within tens of microseconds on a quiet host.
+/// counted from the due time. Paced by a sleeping thread they went 0.1 ms late at the median.
 async fn open_loop(load: &Arc<Load>, pid: u32, dur: Duration, streams: Vec<Stream>) -> Vec<Run> {
     type Sent = tokio::task::JoinHandle<(Duration, Duration, Result<u64, String>)>;
     let mark = CpuMark::now(pid);
@@ -1003,8 +1004,9 @@ fn paced_phase(rate: f64) -> String {
 /// The limit of a heartbeat on this machine: a bare hyper HTTP/1.1 server (keep-alive, the
 /// runtime's default worker threads, as ours) that answers every request with 200 and an empty
 /// body, nothing else: no routing, no parsing, no registry. A `GET` is answered with a fixed body
-/// as large as our full payload, so the mixed load run against it shows the limit of a fetch. It is this bench's own binary run
-/// with [`baseline::ADDR_VAR`] set, so that its CPU is counted apart from the generator's.
+/// as large as our full payload, so the mixed load run against it shows the limit of a fetch.
+/// It is this bench's own binary run with [`baseline::ADDR_VAR`] set, so that its CPU is counted
+/// apart from the generator's.
 mod baseline {
     use std::{convert::Infallible, net::SocketAddr};
 
@@ -1081,11 +1083,7 @@ async fn measure_baseline(fx: &Arc<Fixture>, s: &Settings, body: usize) -> Resul
         eprintln!("[    baseline] mixed load for {:?} ({body} bytes a fetch)", s.mixed);
         let runs = open_loop(&load, target.pid, s.mixed, mixed_streams(fx.instances.len(), s.rates)).await;
         let [hb, _, _, full, delta] = <[Run; 5]>::try_from(runs).ok().expect("five streams");
-        for (name, run) in [("full fetch", &full), ("delta fetch", &delta)] {
-            out.add(format!("mixed: {name} p50 (ms)"), run.pct(50.0), 2, Better::Lower);
-            out.add(format!("mixed: {name} p99 (ms)"), run.pct(99.0), 2, Better::Lower);
-        }
-        out.add("mixed: heartbeat p99 (ms)", hb.pct(99.0), 2, Better::Lower);
+        out.mixed_latencies(&hb, &full, &delta);
     }
     target.stop();
     out
@@ -1363,6 +1361,20 @@ impl Results {
         });
     }
 
+    /// The value of the row called `name`, if this server has it.
+    fn value(&self, name: &str) -> Option<f64> {
+        self.metrics.iter().find(|m| m.name == name).map(|m| m.value)
+    }
+
+    /// The mixed load's latency rows: fetches' p50 and p99, heartbeats' p99.
+    fn mixed_latencies(&mut self, hb: &Run, full: &Run, delta: &Run) {
+        for (name, run) in [("full fetch", full), ("delta fetch", delta)] {
+            self.add(format!("mixed: {name} p50 (ms)"), run.pct(50.0), 2, Better::Lower);
+            self.add(format!("mixed: {name} p99 (ms)"), run.pct(99.0), 2, Better::Lower);
+        }
+        self.add("mixed: heartbeat p99 (ms)", hb.pct(99.0), 2, Better::Lower);
+    }
+
     fn errors(&mut self, phase: &str, run: &Run) {
         self.add(
             format!("{phase}: errors (non-2xx or transport)"),
@@ -1554,31 +1566,7 @@ async fn measure(target: &Target, fx: &Arc<Fixture>, s: &Settings) -> Results {
         m_full.lat_us.len(),
         m_delta.lat_us.len()
     ));
-    out.add(
-        format!("{phase}: full fetch p50 (ms)"),
-        m_full.pct(50.0),
-        2,
-        Better::Lower,
-    );
-    out.add(
-        format!("{phase}: full fetch p99 (ms)"),
-        m_full.pct(99.0),
-        2,
-        Better::Lower,
-    );
-    out.add(
-        format!("{phase}: delta fetch p50 (ms)"),
-        m_delta.pct(50.0),
-        2,
-        Better::Lower,
-    );
-    out.add(
-        format!("{phase}: delta fetch p99 (ms)"),
-        m_delta.pct(99.0),
-        2,
-        Better::Lower,
-    );
-    out.add(format!("{phase}: heartbeat p99 (ms)"), m_hb.pct(99.0), 2, Better::Lower);
+    out.mixed_latencies(&m_hb, &m_full, &m_delta);
     let mut writes = Run::default();
     writes.merge(m_reg);
     writes.merge(m_st);
@@ -1858,7 +1846,6 @@ fn print_baseline(rounds: &[Round], paced: f64) {
     println!();
     println!("| row | ours | baseline (bare hyper, 200 only) | ours ÷ baseline | by round |");
     println!("|---|---:|---:|---:|---:|");
-    let get = |r: &Results, name: &str| r.metrics.iter().find(|m| m.name == name).map(|m| m.value);
     let mut rows = vec![
         ("heartbeat: server CPU ms per 1k requests".to_string(), 1, false),
         ("heartbeat: heartbeats/s".to_string(), 0, true),
@@ -1882,7 +1869,7 @@ fn print_baseline(rounds: &[Round], paced: f64) {
         let per_round: Vec<(f64, f64, f64)> = pairs
             .iter()
             .filter_map(|(o, b)| {
-                let (o, b) = (get(o, name)?, get(b, name)?);
+                let (o, b) = (o.value(name)?, b.value(name)?);
                 Some((o, b, o / b))
             })
             .collect();
@@ -2258,12 +2245,8 @@ async fn run() {
                 let body = results
                     .iter()
                     .find(|(label, _)| *label == "ours")
-                    .and_then(|(_, r)| {
-                        r.metrics
-                            .iter()
-                            .find(|m| m.name == "full fetch: bytes on the wire (gzip)")
-                    })
-                    .map_or(0, |m| m.value as usize);
+                    .and_then(|(_, r)| r.value("full fetch: bytes on the wire (gzip)"))
+                    .map_or(0, |bytes| bytes as usize);
                 Some(measure_baseline(&fx, &s, body).await)
             } else {
                 None
