@@ -225,7 +225,7 @@ fn main() {
         }
         out
     });
-    let wire: usize = payloads.iter().map(|p| p.gzip().len()).sum();
+    let wire: usize = payloads.iter().map(|p| p.gzip().len() as usize).sum();
     // The payloads served are the clients' to hold; what the server keeps is its cache.
     drop(payloads);
     let registered = live() - before;

@@ -122,7 +122,7 @@ pub struct Payload {
     /// An empty payload stands for "nothing there" (an unknown app: 404).
     pub empty: bool,
     identity: OnceLock<Pieces>,
-    gzip: OnceLock<Bytes>,
+    gzip: OnceLock<Pieces>,
     /// Where a reader of the identity form says so (the builder then keeps it), and its epoch.
     identity_wanted: Option<(Arc<AtomicU64>, Instant)>,
 }
@@ -161,7 +161,7 @@ impl Payload {
         self.want_identity();
         self.identity
             .get_or_init(|| {
-                let gz = self.gzip.get().cloned().unwrap_or_default();
+                let gz = self.gzip.get().map(Pieces::to_vec).unwrap_or_default();
                 let mut out = Vec::new();
                 // Our own gzip member: it decodes.
                 let _ = std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&gz[..]), &mut out);
@@ -171,12 +171,12 @@ impl Payload {
     }
 
     /// The gzip body if it has been compressed already.
-    pub fn gzip_ready(&self) -> Option<Bytes> {
+    pub fn gzip_ready(&self) -> Option<Pieces> {
         self.gzip.get().cloned()
     }
 
     /// The gzip-compressed body, compressed once (CPU-heavy: call it off the async workers).
-    pub fn gzip(&self) -> Bytes {
+    pub fn gzip(&self) -> Pieces {
         self.gzip
             .get_or_init(|| {
                 let identity = self.identity.get().cloned().unwrap_or_default();
@@ -188,7 +188,7 @@ impl Payload {
                     // Writing into a Vec cannot fail.
                     let _ = enc.write_all(part);
                 }
-                Bytes::from(enc.finish().unwrap_or_default())
+                Pieces::new(vec![Bytes::from(enc.finish().unwrap_or_default())])
             })
             .clone()
     }
@@ -294,11 +294,10 @@ mod tests {
     #[test]
     fn gzip_is_computed_once_and_decodes_back() {
         let p = Payload::new(b"hello hello hello hello".to_vec());
-        let a = p.gzip();
-        let b = p.gzip();
-        assert_eq!(a.as_ptr(), b.as_ptr());
+        let (a, b) = (p.gzip(), p.gzip());
+        assert!(Arc::ptr_eq(&a.parts, &b.parts), "compressed once");
         let mut out = String::new();
-        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&a[..]), &mut out).unwrap();
+        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&a.to_vec()[..]), &mut out).unwrap();
         assert_eq!(out, "hello hello hello hello");
         assert!(Payload::new(Vec::new()).empty);
     }

@@ -66,6 +66,10 @@ pub const ALL: &[(&str, &str)] = &[
         "a payload piece is not recompressed when the fragment before it, which it refers back into, changed",
     ),
     (
+        "stale-payload-group",
+        "a group of gzip pieces is reused when its first piece is, though another piece in it changed",
+    ),
+    (
         "unbounded-reconciles",
         "`--reconcile-concurrency` is ignored: every EurekaApp due is reconciled at once",
     ),

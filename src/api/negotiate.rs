@@ -231,8 +231,8 @@ pub fn accepts_gzip(headers: &HeaderMap) -> bool {
 
 /// A cached payload as a reply, gzipped when `gzip` (for `apps` and `apps/delta`, as Java).
 /// A form the payload was not built with is made once, on a blocking thread, so request workers
-/// never stall behind compression. The identity form of an assembled payload is sent as its
-/// shared pieces, never joined into one copy.
+/// never stall behind compression. Both forms of an assembled payload are sent as their shared
+/// pieces, never joined into one copy.
 pub async fn payload_reply(payload: std::sync::Arc<Payload>, format: Format, gzip: bool) -> Response {
     let builder = Response::builder()
         .status(StatusCode::OK)
@@ -248,7 +248,9 @@ pub async fn payload_reply(payload: std::sync::Arc<Payload>, format: Format, gzi
                     .unwrap_or_else(|_| payload.gzip())
             }
         };
-        builder.header(header::CONTENT_ENCODING, "gzip").body(Body::from(body))
+        builder
+            .header(header::CONTENT_ENCODING, "gzip")
+            .body(Body::new(body.body()))
     } else {
         let pieces = match payload.identity_ready() {
             Some(p) => p,

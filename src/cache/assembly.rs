@@ -4,9 +4,11 @@
 //!
 //! Each fragment keeps its application's encoding compressed as a deflate piece (see
 //! [`super::gzip`]), compressed after the tail of the fragment before it, with the CRC-32 of its
-//! text, and the text itself only while clients that do not take gzip are fetching. A payload is a new head (version and hash code), the
-//! fragments in name order and a tail: its gzip form is the pieces copied one after the other
-//! with a combined CRC-32, its identity form the fragments' shared bytes, never copied.
+//! text, and the text itself only while clients that do not take gzip are fetching. A payload is
+//! a new head (version and hash code), the fragments in name order and a tail: its gzip form is
+//! the pieces joined in groups of up to about 256 KB (a group joined again only when one of its
+//! pieces changed) with a combined CRC-32, its identity form the fragments' shared bytes;
+//! both are sent as those shared parts, never copied into one buffer.
 //!
 //! One build at a time per payload (single flight): the builder asks the registry which
 //! applications changed since the version its fragments are valid for (their views are taken
@@ -377,7 +379,7 @@ impl Assembly {
         let identity = keep_text.then(|| identity_body(fragments, head, tail, sep, format));
         let n = fragments.map.len();
         let gzip_form = OnceLock::new();
-        let _ = gzip_form.set(Bytes::from(gz));
+        let _ = gzip_form.set(gz);
         let identity_form = OnceLock::new();
         if let Some(p) = identity {
             let _ = identity_form.set(p);

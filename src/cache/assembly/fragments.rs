@@ -17,6 +17,8 @@ pub(super) struct Fragment {
     /// When the view was taken (the age of its lease timestamps).
     pub(super) taken: Instant,
     pub(super) instances: usize,
+    /// Whether its application starts a group of pieces joined together ([`body::starts_group`]).
+    pub(super) starts_group: bool,
     /// The text followed by the separator, while identity forms are kept (and from encoding
     /// until the piece is compressed).
     pub(super) text: Option<Bytes>,
@@ -48,6 +50,7 @@ impl Fragment {
             version,
             taken,
             instances: view.instances.len(),
+            starts_group: super::body::starts_group(&view.name),
             text: Some(Bytes::from(text)),
             deflated: Bytes::new(),
             dict: None,
@@ -75,6 +78,8 @@ pub(super) struct Fragments {
     /// The registry version every fragment is valid for (0: none yet).
     pub(super) built: u64,
     pub(super) map: BTreeMap<Arc<str>, Fragment>,
+    /// The gzip pieces joined in groups at the last build ([`body::gzip_body`]).
+    pub(super) groups: super::body::Groups,
 }
 
 /// How many bytes at the end of a fragment the next one's piece is compressed after: about one

@@ -88,7 +88,7 @@ fn check(s: &Shared, assemblies: &[Assembly]) {
         let label = format!("{:?} {:?}", a.kind, a.format);
         assert_eq!(p.version, s.0.lock().version(), "{label}");
         assert_eq!(
-            String::from_utf8_lossy(&gunzip(&p.gzip_ready().unwrap())),
+            String::from_utf8_lossy(&gunzip(&p.gzip_ready().unwrap().to_vec())),
             String::from_utf8_lossy(&expected),
             "{label}: gzip form"
         );
@@ -191,7 +191,7 @@ fn a_write_reencodes_only_the_application_it_changed() {
     };
     let whole = |p: &Payload| {
         assert_eq!(
-            String::from_utf8(gunzip(&p.gzip_ready().unwrap())).unwrap(),
+            String::from_utf8(gunzip(&p.gzip_ready().unwrap().to_vec())).unwrap(),
             String::from_utf8(s.expected(Kind::Full, Format::Json)).unwrap()
         )
     };
@@ -216,6 +216,42 @@ fn a_write_reencodes_only_the_application_it_changed() {
         "its own piece only: the bytes the next one follows are the same"
     );
     whole(&p);
+}
+
+#[test]
+fn a_payload_of_many_groups_stays_whole_and_a_write_joins_only_its_group_again() {
+    let s = Shared::new();
+    for a in 0..300 {
+        for i in 0..3 {
+            s.register(&format!("APP-{a:03}"), &format!("app-{a}-{i}"), T0 + 1_000);
+        }
+    }
+    let assemblies = all();
+    check(&s, &assemblies);
+    let full = &assemblies[0];
+    let groups = full.fragments.lock().groups.len();
+    assert!(groups >= 4, "300 applications make several groups, not {groups}");
+    // Writes to applications anywhere in their groups, first or not, each checked whole.
+    for (k, a) in (0..300).step_by(23).enumerate() {
+        let (app, id) = (format!("APP-{a:03}"), format!("app-{a}-1"));
+        s.set_status(&app, &id, Status::OutOfService, T0 + 2_000 + k as i64);
+        check(&s, &assemblies);
+    }
+    // The parts themselves are held, so that a new one cannot be allocated where an old one was.
+    let parts = |p: &Payload| p.gzip_ready().unwrap().parts.to_vec();
+    let before = parts(&full.build_now(&s).unwrap());
+    // The first instance is outside the bytes the next piece follows: one piece changes.
+    s.set_status("APP-150", "app-150-0", Status::Down, T0 + 3_000);
+    let after = parts(&full.build_now(&s).unwrap());
+    assert_eq!(before.len(), groups + 2, "the head, each group, the tail");
+    assert_eq!(after.len(), before.len());
+    let joined_again = before[1..groups + 1]
+        .iter()
+        .zip(&after[1..groups + 1])
+        .filter(|(a, b)| a.as_ptr() != b.as_ptr())
+        .count();
+    assert_eq!(joined_again, 1, "the group of the application written to");
+    check(&s, &assemblies);
 }
 
 #[test]
