@@ -1183,10 +1183,10 @@ async fn visibility_probe(load: Arc<Load>, timeout: Duration) -> Option<Duration
     register?;
     let start = Instant::now();
     while start.elapsed() < timeout {
-        if let Ok(body) = fetch_wire(&load.client, &load.full_url).await {
+        if let Ok((gzip, body)) = fetch_wire(&load.client, &load.full_url).await {
             // Searched as bytes: parsing 51 MB here would time the probe, not the server.
             let holds = tokio::task::spawn_blocking(move || {
-                let (raw, id) = (decompress(&body.1, body.0), PROBE_ID.as_bytes());
+                let (raw, id) = (decompress(&body, gzip), PROBE_ID.as_bytes());
                 raw.windows(id.len()).any(|w| w == id)
             });
             if holds.await.unwrap_or(false) {

@@ -46,7 +46,7 @@ use parking_lot::Mutex;
 
 use self::{
     body::{gzip_body, identity_body},
-    fragments::{Fragment, Fragments, Views, aged, chain},
+    fragments::{Fragment, Fragments, Views, aged, chain, shared},
 };
 use super::{
     Payload, Pieces,

@@ -5,9 +5,9 @@
 //! when one of its pieces changed: a write then copies the group it changed and combines one
 //! CRC-32 per group, not the whole payload (1.26 MB at 50,000 instances, 0.16-0.26 ms of every
 //! build, 2026-12-04). The groups are sent as they are, one after the other. They are large
-//! (about [`GROUP_BYTES`]): hyper writes a body a frame at a time, and groups of about 32
-//! applications (16 KB) cost a fetch at 50k 46 % more CPU (388 against 265 ms per 1,000 closed-loop
-//! fetches, 2026-12-04).
+//! (about [`GROUP_BYTES`]): groups of about 32 applications (16 KB) cost a fetch at 50k 46 % more
+//! CPU (388 against 265 ms per 1,000 closed-loop fetches, 2026-12-04), likely because hyper
+//! writes to the socket each time its 64 KB buffer fills.
 
 use std::collections::HashMap;
 
@@ -59,7 +59,7 @@ pub(super) fn gzip_body(fragments: &mut Fragments, head: &[u8], tail: &[u8], sep
     parts.push(Bytes::from(first));
     let mut sum = Sum::of(head);
     let mut oldest = Instant::now();
-    let mut members: Vec<&Fragment> = Vec::with_capacity(2 * GROUP_APPS as usize);
+    let mut members: Vec<&Fragment> = Vec::new();
     let mut bytes = 0;
     let mut close = |members: &mut Vec<&Fragment>, last: bool| {
         let group = join(members, last, &mut previous, &sep_block, sep);
@@ -90,11 +90,10 @@ pub(super) fn gzip_body(fragments: &mut Fragments, head: &[u8], tail: &[u8], sep
 
 /// The group of `members`: the one of the last build if it holds the same pieces, else joined.
 fn join(members: &[&Fragment], last: bool, previous: &mut Groups, sep_block: &[u8], sep: &[u8]) -> Group {
-    let same = |a: &Bytes, b: &Bytes| a.len() == b.len() && a.as_ptr() == b.as_ptr();
     if let Some(g) = previous.remove(&(members[0].deflated.as_ptr() as usize))
         && g.last == last
         && (crate::mutants::on("stale-payload-group")
-            || (g.pieces.len() == members.len() && g.pieces.iter().zip(members).all(|(p, f)| same(p, &f.deflated))))
+            || (g.pieces.len() == members.len() && g.pieces.iter().zip(members).all(|(p, f)| shared(p, &f.deflated))))
     {
         return g;
     }

@@ -90,8 +90,8 @@ pub(super) struct Fragments {
 /// per application.
 pub(super) const WINDOW: usize = 1024;
 
-/// Whether `a` and `b` are the same shared bytes (a piece's dictionary and a tail).
-fn shared(a: &Bytes, b: &Bytes) -> bool {
+/// Whether `a` and `b` are the same shared bytes (a piece's dictionary and a tail, or two pieces).
+pub(super) fn shared(a: &Bytes, b: &Bytes) -> bool {
     a.len() == b.len() && (a.is_empty() || a.as_ptr() == b.as_ptr())
 }
 
