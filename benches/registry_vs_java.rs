@@ -9,7 +9,8 @@
 //! Knobs (environment): `EO_BENCH_INSTANCES` (2000; a comma-separated list such as
 //! `10000,50000` runs each size in turn, each with fresh servers), `EO_BENCH_WORKERS` (32),
 //! `EO_BENCH_SECS` (10, per closed-loop phase), `EO_BENCH_WARMUP_SECS` (8), `EO_BENCH_MIXED_SECS`
-//! (15), `EO_BENCH_JAVA_NOCACHE` (1: also run Java with `use-read-only-response-cache=false`),
+//! (30: 300 writes and 600 full fetches at the default rates, so a p99 is not one request),
+//! `EO_BENCH_JAVA_NOCACHE` (1: also run Java with `use-read-only-response-cache=false`),
 //! `EO_BENCH_JVM_FLAGS` (`-Xmx2g`: the JVM's normal tiered JIT and a production-like heap;
 //! `EO_BENCH_JVM=c1` takes the test harness's fast-start, C1-only flags instead),
 //! `EO_BENCH_MIXED_RATES` (`heartbeats,registrations,status,full,delta` per second:
@@ -24,7 +25,10 @@
 //! every heartbeat with 200 and nothing else, and every fetch with as many bytes as our full
 //! payload, with the same generators: the limit of a heartbeat and of a fetch on this machine)
 //! and `EO_BENCH_PACED_RATE` (5000: heartbeats per second of the paced heartbeat phase, every
-//! server and the baseline at the same fixed rate, open loop; 0 skips it).
+//! server and the baseline at the same fixed rate, open loop; 0 skips it) and `EO_BENCH_ARRIVALS`
+//! (`poisson`: the mixed load's and the storm's requests arrive as from independent clients, each
+//! stream's offered count at random instants from a fixed seed, the same for every server; `uniform`: evenly spaced, every
+//! stream starting at once, as until 2026-12-05).
 //!
 //! During the mixed load and the deploy storm a [`MachineProbe`] records what the machine itself
 //! did (the host's steal time and how late a sleeping thread wakes), printed per round beside
@@ -108,6 +112,8 @@ struct Settings {
     baseline: bool,
     /// Heartbeats per second of the paced heartbeat phase (0 skips it).
     paced: f64,
+    /// When the open-loop phases' requests are due.
+    arrivals: Arrivals,
 }
 
 impl Settings {
@@ -133,7 +139,7 @@ impl Settings {
             workers: env_or("EO_BENCH_WORKERS", 32usize).max(1),
             phase: Duration::from_secs_f64(env_or("EO_BENCH_SECS", 10.0)),
             warmup: Duration::from_secs_f64(env_or("EO_BENCH_WARMUP_SECS", 8.0)),
-            mixed: Duration::from_secs_f64(env_or("EO_BENCH_MIXED_SECS", 15.0)),
+            mixed: Duration::from_secs_f64(env_or("EO_BENCH_MIXED_SECS", 30.0)),
             java_nocache: env_or("EO_BENCH_JAVA_NOCACHE", 1u8) != 0,
             jvm_flags: std::env::var("EO_BENCH_JVM_FLAGS")
                 .unwrap_or_else(|_| default_flags.into())
@@ -153,6 +159,10 @@ impl Settings {
             rounds: env_or("EO_BENCH_ROUNDS", 2usize).max(1),
             baseline: env_or("EO_BENCH_BASELINE", 1u8) != 0,
             paced: env_or("EO_BENCH_PACED_RATE", 5000.0f64).max(0.0),
+            arrivals: match std::env::var("EO_BENCH_ARRIVALS") {
+                Ok(a) if a.trim().eq_ignore_ascii_case("uniform") => Arrivals::Uniform,
+                _ => Arrivals::Poisson,
+            },
         }
     }
 }
@@ -486,6 +496,62 @@ impl CpuMark {
     }
 }
 
+/// When an open-loop stream's requests are due (`EO_BENCH_ARRIVALS`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Arrivals {
+    /// Independent clients: the stream's offered number of requests at instants drawn uniformly
+    /// over the phase (a Poisson process given its count), from a fixed seed per stream, so every
+    /// server and every round gets the same schedule. The default.
+    Poisson,
+    /// Evenly spaced, every stream starting at 0 (the bench until 2026-12-05): streams whose
+    /// periods divide one another are due at the same instants, so at the mixed load's rates a
+    /// quarter of the full fetches are due together with two writes.
+    Uniform,
+}
+
+impl Arrivals {
+    /// The due times (ns after the phase's start) of stream `stream` at `rate` per second.
+    fn schedule(self, rate: f64, stream: usize, dur: Duration) -> Vec<u64> {
+        let end = dur.as_nanos() as f64;
+        let mut times = Vec::new();
+        if rate <= 0.0 {
+            return times;
+        }
+        match self {
+            Arrivals::Uniform => {
+                let period = 1e9 / rate;
+                // Rounded, so that a stream of n requests per phase sends n, not one more at the end.
+                let mut k = 0u64;
+                loop {
+                    let at = (period * k as f64).round();
+                    if at >= end {
+                        break times;
+                    }
+                    times.push(at as u64);
+                    k += 1;
+                }
+            }
+            Arrivals::Poisson => {
+                // A Poisson process given its count: rate × duration due times, each uniform over
+                // the phase, sorted. Every stream sends exactly its offered number of requests
+                // (the storm replaces each instance once), at independent, clustered instants.
+                let n = (rate * dur.as_secs_f64()).round() as usize;
+                // xorshift64*, seeded by the stream's place: the same draws for every server.
+                let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ ((stream as u64 + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9));
+                for _ in 0..n {
+                    x ^= x >> 12;
+                    x ^= x << 25;
+                    x ^= x >> 27;
+                    let u = (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64;
+                    times.push((u * end) as u64);
+                }
+                times.sort_unstable();
+                times
+            }
+        }
+    }
+}
+
 type Pick = Arc<dyn Fn(usize, u64) -> Op + Send + Sync>;
 /// An open-loop stream: requests per second, and the `k`th request.
 type Stream = (f64, Arc<dyn Fn(u64) -> Op + Send + Sync>);
@@ -560,29 +626,24 @@ async fn each_once(load: &Arc<Load>, pid: u32, workers: usize, n: usize, op: fn(
 /// `tokio::time::interval` sent each request 0.8 ms late at the median and 1.4 ms at p99 on a
 /// quiet host: more than our server's whole answer to a heartbeat, and in every latency row
 /// counted from the due time. Paced by a sleeping thread they went 0.1 ms late at the median.
-async fn open_loop(load: &Arc<Load>, pid: u32, dur: Duration, streams: Vec<Stream>) -> Vec<Run> {
+async fn open_loop(load: &Arc<Load>, pid: u32, dur: Duration, arrivals: Arrivals, streams: Vec<Stream>) -> Vec<Run> {
     type Sent = tokio::task::JoinHandle<(Duration, Duration, Result<u64, String>)>;
     let mark = CpuMark::now(pid);
     let runtime = tokio::runtime::Handle::current();
     let pacer_load = load.clone();
     let n_streams = streams.len();
+    // Every request of the phase: (its due time as ns after start, stream, its number), in order.
+    let mut due_all: Vec<(u64, usize, u64)> = Vec::new();
+    for (i, (rate, _)) in streams.iter().enumerate() {
+        let times = arrivals.schedule(*rate, i, dur);
+        due_all.extend(times.into_iter().enumerate().map(|(k, at)| (at, i, k as u64)));
+    }
+    due_all.sort_unstable();
     let sent: Vec<Vec<Sent>> = tokio::task::spawn_blocking(move || {
         let start = Instant::now();
-        let deadline = start + dur;
         let mut sent: Vec<Vec<Sent>> = (0..n_streams).map(|_| Vec::new()).collect();
-        // The next request of each stream: (its due time as ns after start, stream, its number).
-        let mut next = std::collections::BinaryHeap::new();
-        let period_ns: Vec<f64> = streams.iter().map(|(rate, _)| 1e9 / rate).collect();
-        for (i, (rate, _)) in streams.iter().enumerate() {
-            if *rate > 0.0 {
-                next.push(std::cmp::Reverse((0u64, i, 0u64)));
-            }
-        }
-        while let Some(std::cmp::Reverse((at_ns, i, k))) = next.pop() {
+        for (at_ns, i, k) in due_all {
             let due = start + Duration::from_nanos(at_ns);
-            if due >= deadline {
-                continue;
-            }
             let wait = due.saturating_duration_since(Instant::now());
             if !wait.is_zero() {
                 std::thread::sleep(wait);
@@ -593,12 +654,6 @@ async fn open_loop(load: &Arc<Load>, pid: u32, dur: Duration, streams: Vec<Strea
                 let r = load.exec(op).await;
                 (lag, due.elapsed(), r)
             }));
-            // Rounded, so that a stream of n requests per phase sends n, not one more at the deadline.
-            next.push(std::cmp::Reverse((
-                (period_ns[i] * (k + 1) as f64).round() as u64,
-                i,
-                k + 1,
-            )));
         }
         sent
     })
@@ -1081,7 +1136,14 @@ async fn measure_baseline(fx: &Arc<Fixture>, s: &Settings, body: usize) -> Resul
     }
     if !s.mixed.is_zero() && body > 0 {
         eprintln!("[    baseline] mixed load for {:?} ({body} bytes a fetch)", s.mixed);
-        let runs = open_loop(&load, target.pid, s.mixed, mixed_streams(fx.instances.len(), s.rates)).await;
+        let runs = open_loop(
+            &load,
+            target.pid,
+            s.mixed,
+            s.arrivals,
+            mixed_streams(fx.instances.len(), s.rates),
+        )
+        .await;
         let [hb, _, _, full, delta] = <[Run; 5]>::try_from(runs).ok().expect("five streams");
         out.mixed_latencies(&hb, &full, &delta);
     }
@@ -1564,7 +1626,7 @@ async fn measure(target: &Target, fx: &Arc<Fixture>, s: &Settings) -> Results {
     log(&format!("mixed load for {:?}", s.mixed));
     let streams = mixed_streams(n, s.rates);
     let machine = MachineProbe::start();
-    let runs = open_loop(&load, pid, s.mixed, streams).await;
+    let runs = open_loop(&load, pid, s.mixed, s.arrivals, streams).await;
     let noise = machine.finish();
     let [m_hb, m_reg, m_st, m_full, m_delta] = <[Run; 5]>::try_from(runs).ok().expect("five streams");
     let phase = "mixed";
@@ -1667,8 +1729,8 @@ async fn scrapes(load: &Arc<Load>, pid: u32, s: &Settings, out: &mut Results) {
         "[        ours] heartbeats and writes for {:?}, then with /metrics every 100 ms",
         s.mixed
     );
-    let quiet = open_loop(load, pid, s.mixed, streams(false)).await;
-    let scraped = open_loop(load, pid, s.mixed, streams(true)).await;
+    let quiet = open_loop(load, pid, s.mixed, s.arrivals, streams(false)).await;
+    let scraped = open_loop(load, pid, s.mixed, s.arrivals, streams(true)).await;
     let phase = "heartbeats and writes";
     out.add(
         format!("{phase}: heartbeat p99 (ms)"),
@@ -1744,7 +1806,7 @@ async fn deploy_storm(load: &Arc<Load>, pid: u32, s: &Settings, out: &mut Result
         (s.storm_clients / 30.0, Arc::new(|_| Op::Delta)),
     ];
     let machine = MachineProbe::start();
-    let runs = open_loop(load, pid, s.storm, streams).await;
+    let runs = open_loop(load, pid, s.storm, s.arrivals, streams).await;
     let noise = machine.finish();
     let [registers, cancels, hb, delta] = <[Run; 4]>::try_from(runs).ok().expect("four streams");
     let phase = "deploy storm";
@@ -2041,9 +2103,17 @@ fn print_report(s: &Settings, fx: &Fixture, rounds: &[Round], elapsed: Duration)
         "* Mixed ({:?}, open loop, latency counted from when each request was due): {} heartbeats/s, {} re-registrations/s, {} status changes/s (OUT_OF_SERVICE, then override removed), {} full and {} delta fetches/s. After it, alone, a probe registers an instance and polls the full registry every 100 ms until it shows (the visibility row).",
         s.mixed, s.rates[0], s.rates[1], s.rates[2], s.rates[3], s.rates[4]
     );
+    println!(
+        "* Arrivals in the mixed load and the storm: {} (`EO_BENCH_ARRIVALS`).",
+        match s.arrivals {
+            Arrivals::Poisson =>
+                "Poisson (each stream's offered count at instants drawn uniformly over the phase from a fixed seed), the same schedule for every server",
+            Arrivals::Uniform => "uniform, every stream evenly spaced from the phase's start",
+        }
+    );
     if !s.storm.is_zero() && !fx.successors.is_empty() {
         println!(
-            "* Deploy storm ({:?}, open loop, after the mixed load): {} instances ({:.0} %, spread over every application) registered again under new ids and the instances they replace cancelled, at an even pace; meanwhile the other instances heartbeat every 30 s ({:.0}/s) and {} clients fetch the delta every 30 s ({:.1}/s).",
+            "* Deploy storm ({:?}, open loop, after the mixed load): {} instances ({:.0} %, spread over every application) registered again under new ids and the instances they replace cancelled, each once, spread over the storm (see arrivals); meanwhile the other instances heartbeat every 30 s ({:.0}/s) and {} clients fetch the delta every 30 s ({:.1}/s).",
             s.storm,
             fx.successors.len(),
             s.storm_share * 100.0,
