@@ -2052,6 +2052,22 @@ fn machine_note() -> String {
     )
 }
 
+/// Which server binary ran, and how old it is. The bench starts the `eureka-operator` binary that
+/// cargo built last (or `EO_OPERATOR_BIN`), not code compiled into the bench binary, and the git
+/// description reads the working tree: an A/B of two builds shows here whether both ran.
+fn server_binary_note() -> String {
+    let path = Server::binary();
+    let age = std::fs::metadata(&path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .map_or_else(
+            || "age unknown".to_string(),
+            |a| format!("built {} min before the report", a.as_secs() / 60),
+        );
+    format!("`{}`, {age}", path.display())
+}
+
 fn print_report(s: &Settings, fx: &Fixture, rounds: &[Round], elapsed: Duration) {
     let n = fx.instances.len();
     let git = first_line(
@@ -2080,7 +2096,8 @@ fn print_report(s: &Settings, fx: &Fixture, rounds: &[Round], elapsed: Duration)
         None => "default flags".to_string(),
     };
     println!(
-        "* Versions: eureka-operator {git} (release build, {ours_flags}); {}; JVM flags `{flags}` ({origin}).",
+        "* Versions: eureka-operator {git} (release build, {ours_flags}; the server binary {}); {}; JVM flags `{flags}` ({origin}).",
+        server_binary_note(),
         first_line("java", &["-version"]),
     );
     println!(
