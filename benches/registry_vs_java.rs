@@ -27,8 +27,8 @@
 //! and `EO_BENCH_PACED_RATE` (5000: heartbeats per second of the paced heartbeat phase, every
 //! server and the baseline at the same fixed rate, open loop; 0 skips it) and `EO_BENCH_ARRIVALS`
 //! (`poisson`: the mixed load's and the storm's requests arrive as from independent clients, each
-//! stream's offered count at random instants from a fixed seed, the same for every server; `uniform`: evenly spaced, every
-//! stream starting at once, as until 2026-12-05).
+//! stream's offered count at random instants from a fixed seed, the same for every server;
+//! `uniform`: evenly spaced, every stream starting at once, as until 2026-12-05).
 //!
 //! During the mixed load and the deploy storm a [`MachineProbe`] records what the machine itself
 //! did (the host's steal time and how late a sleeping thread wakes), printed per round beside
@@ -43,6 +43,7 @@ mod common {
     pub mod eureka;
     pub mod peers;
     pub mod process;
+    pub mod rng;
 }
 
 use std::{
@@ -63,6 +64,7 @@ use common::{
     eureka::{Server, spring_instance},
     peers,
     process::{Proc, free_port, rss_kib, scratch_dir},
+    rng::Rng,
 };
 use reqwest::header::{ACCEPT, ACCEPT_ENCODING, CONTENT_TYPE};
 use serde_json::{Value, json};
@@ -513,38 +515,24 @@ impl Arrivals {
     /// The due times (ns after the phase's start) of stream `stream` at `rate` per second.
     fn schedule(self, rate: f64, stream: usize, dur: Duration) -> Vec<u64> {
         let end = dur.as_nanos() as f64;
-        let mut times = Vec::new();
         if rate <= 0.0 {
-            return times;
+            return Vec::new();
         }
         match self {
-            Arrivals::Uniform => {
-                let period = 1e9 / rate;
-                // Rounded, so that a stream of n requests per phase sends n, not one more at the end.
-                let mut k = 0u64;
-                loop {
-                    let at = (period * k as f64).round();
-                    if at >= end {
-                        break times;
-                    }
-                    times.push(at as u64);
-                    k += 1;
-                }
-            }
+            // Rounded, so that a stream of n requests per phase sends n, not one more at the end.
+            Arrivals::Uniform => (0u64..)
+                .map(|k| (1e9 / rate * k as f64).round())
+                .take_while(|at| *at < end)
+                .map(|at| at as u64)
+                .collect(),
+            // A Poisson process given its count: rate × duration due times, each uniform over the
+            // phase, sorted. Every stream sends exactly its offered number of requests (the storm
+            // replaces each instance once), at independent, clustered instants. Seeded by the
+            // stream's place: the same draws for every server.
             Arrivals::Poisson => {
-                // A Poisson process given its count: rate × duration due times, each uniform over
-                // the phase, sorted. Every stream sends exactly its offered number of requests
-                // (the storm replaces each instance once), at independent, clustered instants.
+                let mut rng = Rng::new(0x5EED_0000 + stream as u64);
                 let n = (rate * dur.as_secs_f64()).round() as usize;
-                // xorshift64*, seeded by the stream's place: the same draws for every server.
-                let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ ((stream as u64 + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9));
-                for _ in 0..n {
-                    x ^= x >> 12;
-                    x ^= x << 25;
-                    x ^= x >> 27;
-                    let u = (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64;
-                    times.push((u * end) as u64);
-                }
+                let mut times: Vec<u64> = (0..n).map(|_| (rng.unit() * end) as u64).collect();
                 times.sort_unstable();
                 times
             }

@@ -51,9 +51,14 @@ impl Rng {
         lo + self.below(hi - lo + 1)
     }
 
+    /// Uniform in `[0, 1)`, from the top 53 bits.
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
     /// `true` with probability `p`.
     pub fn chance(&mut self, p: f64) -> bool {
-        ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64) < p
+        self.unit() < p
     }
 
     /// A duration in `lo..=hi`, to the millisecond.
