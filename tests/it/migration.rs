@@ -84,20 +84,22 @@ impl Watcher {
             loop {
                 for (url, admin) in &replicas {
                     let Some(want) = e.lock().unwrap().clone() else { break };
-                    let ready = http
-                        .get(format!("{admin}/readyz"))
-                        .send()
-                        .await
-                        .is_ok_and(|r| r.status().is_success());
-                    if !ready {
+                    let ready = || async {
+                        http.get(format!("{admin}/readyz"))
+                            .send()
+                            .await
+                            .is_ok_and(|r| r.status().is_success())
+                    };
+                    if !ready().await {
                         continue;
                     }
                     let have = app_instances(url, app).await;
                     n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    // A replica stopping between the two requests answers nothing: not a gap.
+                    // A replica stopping, or restarted on its address and not ready yet, between
+                    // the requests answers nothing: not a gap. Nothing from one still ready is.
                     if have != want && !have.is_empty() {
                         v.lock().unwrap().push(format!("{url}: {have:?}"));
-                    } else if have.is_empty() && http.get(format!("{admin}/readyz")).send().await.is_ok() {
+                    } else if have.is_empty() && ready().await {
                         v.lock().unwrap().push(format!("{url}: nothing"));
                     }
                 }
