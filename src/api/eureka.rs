@@ -99,8 +99,7 @@ async fn regions_fetch(
     delta: bool,
     headers: &HeaderMap,
 ) -> Result<Option<Response>, ApiError> {
-    let params = route::query(query);
-    let Some(regions) = route::param(&params, "regions") else {
+    let Some(regions) = route::query(query).get("regions") else {
         return Ok(None);
     };
     let names: Vec<&str> = regions.split(',').map(str::trim).filter(|n| !n.is_empty()).collect();
@@ -240,17 +239,21 @@ pub fn renew_instance(
     let writer = writer(headers, caller)?;
     let params = route::query(query);
     // Java renews first: an unknown instance is 404 whatever the parameters say.
-    let last_dirty_timestamp = match dirty_timestamp(&params) {
+    let last_dirty_timestamp = match dirty_timestamp(params) {
         Ok(t) => t,
         Err(_) if !api.state.with_registry(|r, _| r.contains(&app, &id)) => {
             return Ok(empty(StatusCode::NOT_FOUND));
         }
         Err(e) => return Err(e),
     };
-    // `overriddenstatus` only matters for a peer's heartbeat (Java reads it nowhere else).
-    let overridden_status = match route::param(&params, "overriddenstatus") {
-        Some(s) if writer.is_replication() => Some(parse_status(s, "overriddenstatus")?),
-        _ => None,
+    // `overriddenstatus` only matters for a peer's heartbeat (Java reads it nowhere else), so a
+    // client's query is not searched for it.
+    let overridden_status = match writer.is_replication() {
+        true => match params.get("overriddenstatus") {
+            Some(s) => Some(parse_status(&s, "overriddenstatus")?),
+            None => None,
+        },
+        false => None,
     };
     let command = Command::Renew {
         app,
@@ -310,8 +313,8 @@ fn change_override(
     }) else {
         return Ok(empty(StatusCode::NOT_FOUND));
     };
-    let status = match route::param(&params, "value") {
-        Some(v) => parse_status(v, "value")?,
+    let status = match params.get("value") {
+        Some(v) => parse_status(&v, "value")?,
         None if set => {
             return Err(ApiError::Invalid(
                 "the query parameter `value` (the new status) is required".into(),
@@ -325,7 +328,7 @@ fn change_override(
     } else {
         overridden != Status::Unknown
     };
-    let last_dirty_timestamp = match dirty_timestamp(&params) {
+    let last_dirty_timestamp = match dirty_timestamp(params) {
         Ok(t) => t,
         Err(_) if !changes => None,
         Err(e) => return Err(e),
@@ -362,10 +365,7 @@ pub async fn metadata(
 ) -> Result<Response, ApiError> {
     writer(&headers, caller(auth))?;
     let mut entries = Metadata::new();
-    for (k, v) in route::query(query.as_deref())
-        .into_iter()
-        .filter(|(k, _)| !k.is_empty())
-    {
+    for (k, v) in route::query(query.as_deref()).pairs().filter(|(k, _)| !k.is_empty()) {
         entries.insert_first(k.into_owned(), v.into_owned());
     }
     reply(update_metadata(&api, app, id, entries).await, &headers)
@@ -439,8 +439,8 @@ fn parse_status(value: &str, name: &str) -> Result<Status, ApiError> {
     })
 }
 
-fn dirty_timestamp(params: &route::Params<'_>) -> Result<Option<i64>, ApiError> {
-    match route::param(params, "lastDirtyTimestamp") {
+fn dirty_timestamp(params: route::Query<'_>) -> Result<Option<i64>, ApiError> {
+    match params.get("lastDirtyTimestamp").as_deref() {
         None | Some("") => Ok(None),
         Some(v) => v.parse::<i64>().map(Some).map_err(|_| {
             ApiError::Invalid(format!(

@@ -44,8 +44,9 @@ pub struct Heartbeats {
 fn heartbeat_path(path: &str) -> Option<(&str, &str)> {
     let rest = path.strip_prefix("/eureka/")?;
     let rest = rest.strip_prefix("v2/").unwrap_or(rest).strip_prefix("apps/")?;
-    let (app, id) = rest.split_once('/')?;
-    let plain = |s: &str| !s.is_empty() && !s.contains(['/', '%']);
+    let slash = rest.bytes().position(|b| b == b'/')?;
+    let (app, id) = (&rest[..slash], &rest[slash + 1..]);
+    let plain = |s: &str| !s.is_empty() && !s.bytes().any(|b| b == b'/' || b == b'%');
     (plain(app) && plain(id)).then_some((app, id))
 }
 
