@@ -421,12 +421,12 @@ impl OutcomeListener for Replicator {
         if outcome.replicate.is_empty() {
             return;
         }
-        if self.queues.lock().is_empty() {
+        let queues = self.queues.lock();
+        if queues.is_empty() {
             // No peers (a single replica, the standalone server), and every heartbeat comes here.
             return;
         }
         let leader = self.leader.borrow().holds();
-        let queues = self.queues.lock();
         let now = Instant::now();
         for record in &outcome.replicate {
             let targets = route(record, leader);

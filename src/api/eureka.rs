@@ -248,12 +248,13 @@ pub fn renew_instance(
     };
     // `overriddenstatus` only matters for a peer's heartbeat (Java reads it nowhere else), so a
     // client's query is not searched for it.
-    let overridden_status = match writer.is_replication() {
-        true => match params.get("overriddenstatus") {
-            Some(s) => Some(parse_status(&s, "overriddenstatus")?),
-            None => None,
-        },
-        false => None,
+    let overridden_status = if writer.is_replication() {
+        params
+            .get("overriddenstatus")
+            .map(|s| parse_status(&s, "overriddenstatus"))
+            .transpose()?
+    } else {
+        None
     };
     let command = Command::Renew {
         app,

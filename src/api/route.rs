@@ -90,13 +90,7 @@ impl<'q> Query<'q> {
 
     /// The first value of `name` (only its value is decoded).
     pub fn get(self, name: &str) -> Option<Cow<'q, str>> {
-        raw_pairs(self.0).find_map(|(k, v)| {
-            let found = match encoded(k) {
-                true => decode(k) == name,
-                false => k == name,
-            };
-            found.then(|| decode(v))
-        })
+        raw_pairs(self.0).find_map(|(k, v)| (decode(k) == name).then(|| decode(v)))
     }
 }
 
@@ -139,13 +133,8 @@ pub fn query(q: Option<&str>) -> Query<'_> {
     Query(q.unwrap_or(""))
 }
 
-/// Whether `s` has anything to decode.
-fn encoded(s: &str) -> bool {
-    s.bytes().any(|b| b == b'+' || b == b'%')
-}
-
 fn decode(s: &str) -> Cow<'_, str> {
-    if !encoded(s) {
+    if !s.bytes().any(|b| b == b'+' || b == b'%') {
         return Cow::Borrowed(s);
     }
     let spaced = s.replace('+', " ");
