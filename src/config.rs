@@ -259,6 +259,16 @@ pub struct ServerArgs {
     )]
     pub response_cache_identity_keep_ms: u64,
 
+    /// A full or delta payload fetched within this long is built again as soon as a write
+    /// changes the registry, so its next reader does not wait for the build (0: readers start
+    /// every build). Builds ahead take at most half of one thread per payload.
+    #[arg(
+        long,
+        env = "EUREKA_SERVER_RESPONSE_CACHE_BUILD_AHEAD_MS",
+        default_value_t = crate::cache::assembly::BUILD_AHEAD.as_millis() as u64
+    )]
+    pub response_cache_build_ahead_ms: u64,
+
     /// Answer `GET apps/delta` with 403 (clients then always fetch the full registry).
     #[arg(long, env = "EUREKA_SERVER_DISABLE_DELTA", default_value_t = false, action = clap::ArgAction::Set)]
     pub disable_delta: bool,
@@ -528,6 +538,7 @@ impl ServerArgs {
             refresh_after: Duration::from_millis(self.response_cache_refresh_after_ms),
             refresh_budget: self.response_cache_refresh_budget,
             identity_keep: Duration::from_millis(self.response_cache_identity_keep_ms),
+            build_ahead: Duration::from_millis(self.response_cache_build_ahead_ms),
         }
     }
 

@@ -13,6 +13,7 @@ use std::sync::{
 };
 
 use parking_lot::{Mutex, RwLock};
+use tokio::sync::watch;
 
 use crate::{
     cache::{
@@ -53,6 +54,8 @@ pub trait OutcomeListener: Send + Sync + 'static {
 struct Inner {
     registry: Mutex<Registry>,
     version: AtomicU64,
+    /// The version again, for the tasks that build payloads ahead of their readers.
+    versions: watch::Sender<u64>,
     cache: ResponseCache,
     /// The full registry and the delta, in JSON and XML.
     assembled: [Arc<Assembly>; 4],
@@ -78,6 +81,7 @@ impl AppState {
             inner: Arc::new(Inner {
                 registry: Mutex::new(registry),
                 version: AtomicU64::new(version),
+                versions: watch::Sender::new(version),
                 cache: ResponseCache::new(),
                 assembled: [
                     (Kind::Full, Format::Json),
@@ -124,8 +128,37 @@ impl AppState {
         let now = self.now();
         let mut registry = self.inner.registry.lock();
         let result = f(&mut registry, now);
-        self.inner.version.store(registry.version(), Ordering::Release);
+        let version = registry.version();
+        let changed = self.inner.version.load(Ordering::Relaxed) != version;
+        self.inner.version.store(version, Ordering::Release);
+        drop(registry);
+        if changed {
+            // Outside the lock; writers racing here leave the highest version.
+            self.inner.versions.send_if_modified(|v| {
+                let newer = version > *v;
+                if newer {
+                    *v = version;
+                }
+                newer
+            });
+        }
         result
+    }
+
+    /// Builds the full registry and the delta again as the registry changes, each while its
+    /// readers keep fetching it ([`Assembly::build_ahead`]); runs as long as the state lives.
+    pub async fn build_payloads_ahead(&self) {
+        let builders = self
+            .inner
+            .assembled
+            .iter()
+            .map(|a| a.clone().build_ahead(self.clone(), self.versions()));
+        futures::future::join_all(builders).await;
+    }
+
+    /// The registry's version, changed after each write that moved it.
+    pub fn versions(&self) -> watch::Receiver<u64> {
+        self.inner.versions.subscribe()
     }
 
     pub fn version(&self) -> u64 {
@@ -273,6 +306,55 @@ impl Source for AppState {
 mod tests {
     use super::*;
     use crate::registry::{Writer, instance::InstanceInfo};
+
+    /// A write that moves the registry's version wakes the builders, a heartbeat does not; a
+    /// payload read before the write is then built ahead of its next reader.
+    #[tokio::test]
+    async fn writes_wake_the_builders_ahead_and_heartbeats_do_not() {
+        let state = AppState::open_for_tests();
+        let mut versions = state.versions();
+        let mut info = InstanceInfo::new("APP", "app-1.example", "10.0.0.1", state.now());
+        info.instance_id = Some("app-1".into());
+        state.apply(Command::Register {
+            info,
+            writer: Writer::Client,
+        });
+        assert!(versions.has_changed().unwrap());
+        assert_eq!(*versions.borrow_and_update(), state.version());
+        let builders = tokio::spawn({
+            let state = state.clone();
+            async move { state.build_payloads_ahead().await }
+        });
+        let read = state.payload(PayloadKey::Delta, Format::Json).await;
+        assert_eq!(read.version, state.version());
+        state.apply(Command::Renew {
+            app: "APP".into(),
+            id: "app-1".into(),
+            last_dirty_timestamp: None,
+            overridden_status: None,
+            writer: Writer::Client,
+        });
+        assert!(!versions.has_changed().unwrap(), "a heartbeat changes no payload");
+        state.apply(Command::Cancel {
+            app: "APP".into(),
+            id: "app-1".into(),
+            writer: Writer::Client,
+        });
+        assert!(versions.has_changed().unwrap());
+        let delta = state.assembled(Kind::Delta, Format::Json);
+        tokio::time::timeout(std::time::Duration::from_secs(30), async {
+            while delta.builds_ahead() == 0 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("the delta read before the cancel is built again without a reader");
+        let full = state.assembled(Kind::Full, Format::Json);
+        assert_eq!(full.builds_ahead(), 0, "never read: built by its first reader only");
+        let p = state.payload(PayloadKey::Delta, Format::Json).await;
+        assert_eq!(p.version, state.version());
+        builders.abort();
+    }
 
     /// Whole-registry readers that take applications batch by batch see what one full view shows:
     /// every application with instances, in name order, none twice, none lost at a batch's edge.

@@ -296,3 +296,86 @@ async fn readers_get_a_payload_at_least_as_new_as_the_registry() {
     }
     assert!(a.builds() <= 20, "builds coalesce: {}", a.builds());
 }
+
+/// Waits (up to a bound that only a failure reaches) until `a` publishes version `want`.
+async fn published(a: &Assembly, want: u64) -> Arc<Payload> {
+    let wait = async {
+        loop {
+            let mut done = a.done.subscribe();
+            if let Some(p) = a.published.load_full().filter(|p| p.version >= want) {
+                return p;
+            }
+            let _ = done.changed().await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), wait)
+        .await
+        .expect("published in time")
+}
+
+#[tokio::test]
+async fn a_payload_read_recently_is_built_ahead_of_its_next_reader() {
+    let s = Shared::new();
+    s.register("APP", "app-0", T0);
+    let version = || s.0.lock().version();
+    let a = Arc::new(Assembly::new(Kind::Delta, Format::Json, Tuning::default()));
+    let (versions, rx) = tokio::sync::watch::channel(version());
+    let ahead = tokio::spawn(a.clone().build_ahead(s.clone(), rx));
+
+    // Nothing read yet: a write starts no build.
+    s.register("APP", "app-1", T0);
+    versions.send_replace(version());
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert!(!a.building.load(Ordering::Acquire));
+    assert_eq!(a.builds(), 0);
+
+    let read = a.get(&s, version()).await;
+    assert_eq!((read.version, a.builds(), a.builds_ahead()), (version(), 1, 0));
+
+    // A write after the read: built without a reader, and the next reader takes it as it is.
+    s.cancel("APP", "app-0", T0 + 1_000);
+    versions.send_replace(version());
+    let ahead_of_reader = published(&a, version()).await;
+    assert_eq!(a.builds_ahead(), 1);
+    let next = a.get(&s, version()).await;
+    assert!(Arc::ptr_eq(&next, &ahead_of_reader), "no build of its own");
+    assert_eq!(a.builds(), 2);
+    assert_eq!(
+        gunzip(&next.gzip_ready().unwrap().to_vec()),
+        s.expected(Kind::Delta, Format::Json)
+    );
+
+    // The watch closes: the builder ends.
+    drop(versions);
+    tokio::time::timeout(Duration::from_secs(30), ahead)
+        .await
+        .expect("ends")
+        .unwrap();
+}
+
+#[tokio::test]
+async fn building_ahead_can_be_turned_off() {
+    let s = Shared::new();
+    s.register("APP", "app-0", T0);
+    let version = || s.0.lock().version();
+    let tuning = Tuning {
+        build_ahead: Duration::ZERO,
+        ..Tuning::default()
+    };
+    let a = Arc::new(Assembly::new(Kind::Full, Format::Xml, tuning));
+    let (versions, rx) = tokio::sync::watch::channel(version());
+    let ahead = tokio::spawn(a.clone().build_ahead(s.clone(), rx));
+    a.get(&s, version()).await;
+    s.register("APP", "app-1", T0);
+    versions.send_replace(version());
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert!(!a.building.load(Ordering::Acquire));
+    assert_eq!((a.builds(), a.builds_ahead()), (1, 0));
+    let p = a.get(&s, version()).await;
+    assert_eq!((p.version, a.builds()), (version(), 2), "its reader builds it");
+    ahead.abort();
+}
