@@ -252,6 +252,39 @@ const ALLOWED: &[(&str, &str, &str)] = &[
         "body /applications/application[CHARSET]/instance/leaseInfo/lastRenewalTimestamp",
         FRAGMENTS,
     ),
+    // A changed application's lease timestamps as of the write that changed it: the payload,
+    // read a moment before, was built again right after that write, before the renewal Java's
+    // first read after it shows.
+    (
+        "get-delta-after-status-changes",
+        "body /applications/application[BILLING]/instance[billing-1]/leaseInfo/lastRenewalTimestamp",
+        BUILT_AHEAD,
+    ),
+    (
+        "final-delta-json",
+        "body /applications/application[REPL]/instance[repl-1]/leaseInfo/lastRenewalTimestamp",
+        BUILT_AHEAD,
+    ),
+    (
+        "final-delta-xml",
+        "body /applications/application[REPL]/instance/leaseInfo/lastRenewalTimestamp",
+        BUILT_AHEAD,
+    ),
+    (
+        "final-apps-json",
+        "body /applications/application[REPL]/instance[repl-1]/leaseInfo/lastRenewalTimestamp",
+        BUILT_AHEAD,
+    ),
+    (
+        "final-apps-xml",
+        "body /applications/application[REPL]/instance/leaseInfo/lastRenewalTimestamp",
+        BUILT_AHEAD,
+    ),
+    (
+        "final-apps-gzip-json",
+        "body /applications/application[REPL]/instance[repl-1]/leaseInfo/lastRenewalTimestamp",
+        BUILT_AHEAD,
+    ),
     ("register-json-amazon-metadata-before-name", "status", LENIENT_AMAZON),
     (
         "register-json-amazon-metadata-before-name",
@@ -266,6 +299,7 @@ const ALLOWED: &[(&str, &str, &str)] = &[
 ];
 
 const FRAGMENTS: &str = "our design: an application's encoding (in the full registry and in the delta) is reused until it changes (at most 180 s, Java's responseCacheAutoExpirationInSeconds), so its lease timestamps are as of its last change; Java re-encodes everything after any change";
+const BUILT_AHEAD: &str = "our design: a full or delta payload read in the last 5 s is built again right after a write changes the registry (--response-cache-build-ahead-ms), so the changed application's lease timestamps are as of that write; Java encodes at the first read after it";
 const BATCH_JSON: &str = "our design: the replication batch is answered in JSON, the protocol's format";
 const LENIENT_AMAZON: &str =
     "our design: dataCenterInfo keys are read in any order (Java 400s when metadata precedes name, Netflix#1310)";
