@@ -204,15 +204,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         &mut supervisor,
     )
     .await?;
-    let ahead_state = shared.state.clone();
-    let timers = timers::run(
-        shared.state,
-        args.server.intervals(),
-        cluster.leader.clone(),
-        supervisor.shutdown(),
-    );
-    supervisor.spawn("timers", Expect::RunsForever, timers);
-    let (state, stop) = (ahead_state, supervisor.shutdown());
+    let (state, stop) = (shared.state.clone(), supervisor.shutdown());
     let ahead = async move {
         tokio::select! {
             () = state.build_payloads_ahead() => anyhow::bail!("failed to keep building payloads ahead: the builders ended"),
@@ -220,6 +212,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
     };
     supervisor.spawn("payloads built ahead", Expect::RunsForever, ahead);
+    let timers = timers::run(
+        shared.state,
+        args.server.intervals(),
+        cluster.leader.clone(),
+        supervisor.shutdown(),
+    );
+    supervisor.spawn("timers", Expect::RunsForever, timers);
     if crate::memory::TRIMMABLE && args.memory_trim_interval_ms > 0 {
         let metrics = crate::memory::TrimMetrics::default();
         shared.metrics.with_prometheus(|r| metrics.register(r));

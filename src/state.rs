@@ -129,10 +129,13 @@ impl AppState {
         let mut registry = self.inner.registry.lock();
         let result = f(&mut registry, now);
         let version = registry.version();
-        let changed = self.inner.version.load(Ordering::Relaxed) != version;
-        self.inner.version.store(version, Ordering::Release);
+        // Only a write moves it (under this lock); a heartbeat leaves the atomic untouched.
+        let moved = self.inner.version.load(Ordering::Relaxed) != version;
+        if moved {
+            self.inner.version.store(version, Ordering::Release);
+        }
         drop(registry);
-        if changed {
+        if moved {
             // Outside the lock; writers racing here leave the highest version.
             self.inner.versions.send_if_modified(|v| {
                 let newer = version > *v;
