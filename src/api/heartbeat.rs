@@ -40,14 +40,23 @@ pub struct Heartbeats {
 }
 
 /// `(app, id)` when `path` is a heartbeat's path under `/eureka/` or `/eureka/v2/` with two
-/// non-empty segments that need no decoding.
+/// non-empty segments that need no decoding. One pass over the segments' bytes (a heartbeat's
+/// path is short: a search with `memchr` costs more to set up than it saves).
 fn heartbeat_path(path: &str) -> Option<(&str, &str)> {
     let rest = path.strip_prefix("/eureka/")?;
     let rest = rest.strip_prefix("v2/").unwrap_or(rest).strip_prefix("apps/")?;
-    let slash = rest.bytes().position(|b| b == b'/')?;
+    let mut slash = None;
+    for (i, b) in rest.bytes().enumerate() {
+        match b {
+            b'%' => return None,
+            b'/' if slash.is_none() => slash = Some(i),
+            b'/' => return None,
+            _ => {}
+        }
+    }
+    let slash = slash?;
     let (app, id) = (&rest[..slash], &rest[slash + 1..]);
-    let plain = |s: &str| !s.is_empty() && !s.bytes().any(|b| b == b'/' || b == b'%');
-    (plain(app) && plain(id)).then_some((app, id))
+    (!app.is_empty() && !id.is_empty()).then_some((app, id))
 }
 
 impl Heartbeats {

@@ -59,7 +59,6 @@ use hyper::body::Incoming;
 use hyper_util::{
     rt::{TokioIo, TokioTimer},
     server::graceful::{GracefulShutdown, Watcher},
-    service::TowerToHyperService,
 };
 use prometheus_client::{
     encoding::EncodeLabelSet,
@@ -251,6 +250,53 @@ where
     }
 }
 
+/// What hyper calls for each request of a served connection: the shortcut, asked inside `call`,
+/// else the tower stack ([`stack`]).
+///
+/// Not hyper-util's `TowerToHyperService` around [`Shortcuts`]: that adapter keeps the request
+/// in its future until hyper polls it, and hyper, before it does, reads ahead on a keep-alive
+/// connection (to see it closed). The request's head still borrowed the connection's read
+/// buffer then, so each read had to allocate a fresh buffer (8 KiB) instead of reusing it: three
+/// allocations a heartbeat, about a twentieth of its user-space instructions by callgrind's
+/// count (`benches/heartbeat-instructions`). Here a shortcut's request is dropped before `call`
+/// returns, as a bare hyper `service_fn` drops it.
+#[derive(Clone)]
+struct Entry<C, S> {
+    shortcut: C,
+    stack: S,
+    draining: Arc<AtomicBool>,
+}
+
+impl<C, S> hyper::service::Service<Request<Incoming>> for Entry<C, S>
+where
+    C: Shortcut,
+    S: tower::Service<Request<Incoming>, Response = Response<Body>, Error = Infallible> + Clone,
+{
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = Either<Ready<Result<Response<Body>, Infallible>>, Oneshot<S, Request<Incoming>>>;
+
+    fn call(&self, request: Request<Incoming>) -> Self::Future {
+        match self.shortcut.answer(&request) {
+            Some(answer) => {
+                drop(request);
+                Either::Left(ready(Ok(closing(answer, &self.draining))))
+            }
+            None => Either::Right(self.stack.clone().oneshot(request)),
+        }
+    }
+}
+
+/// `response`, with `Connection: close` once the process is stopping.
+fn closing(mut response: Response<Body>, draining: &AtomicBool) -> Response<Body> {
+    if draining.load(Ordering::Relaxed) {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
+}
+
 /// Serves `router` (an axum `Router`, or a service around one) on `listener` (over TLS when `tls`
 /// is given), with `shortcut` in front of the stack, until `shutdown` resolves, then lets open
 /// requests finish for up to the shutdown grace. `name` labels logs and metrics.
@@ -277,8 +323,11 @@ where
         .map_err(|source| Error::LocalAddr { listener: name, source })?;
     let settings = settings.clone();
     let counters = Counters::of(&metrics, name);
-    let service = stack(router, shortcut, &settings, counters.shed_requests.clone(), draining);
-    let service = TowerToHyperService::new(service);
+    let service = Entry {
+        shortcut,
+        stack: stack(router, &settings, counters.shed_requests.clone(), draining.clone()),
+        draining,
+    };
     let slots = Slots::new(name, settings.max_connections);
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
@@ -421,12 +470,11 @@ impl<R> Routed for R where
 {
 }
 
-/// The tower stack every request passes: `Connection: close` on every response once the process
-/// is stopping, the shortcut, load shedding (503 with `Retry-After`) above the in-flight limit,
+/// The tower stack every request a shortcut leaves passes: `Connection: close` on every response
+/// once the process is stopping, load shedding (503 with `Retry-After`) above the in-flight limit,
 /// then the request timeout (408) and the body-read deadline, then the router.
-fn stack<R: Routed, C: Shortcut>(
+fn stack<R: Routed>(
     router: R,
-    shortcut: C,
     settings: &HttpConfig,
     shed_requests: Counter,
     draining: Arc<AtomicBool>,
@@ -440,17 +488,7 @@ fn stack<R: Routed, C: Shortcut>(
 + 'static {
     let retry_after = settings.retry_after_seconds;
     ServiceBuilder::new()
-        .map_response(move |mut r: Response<Body>| {
-            if draining.load(Ordering::Relaxed) {
-                r.headers_mut()
-                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
-            }
-            r
-        })
-        .layer_fn(move |inner| Shortcuts {
-            shortcut: shortcut.clone(),
-            inner,
-        })
+        .map_response(move |r: Response<Body>| closing(r, &draining))
         .map_request(|r: Request<Incoming>| r.map(Body::new))
         .layer(HandleErrorLayer::new(move |e: BoxError| {
             let shed = shed_requests.clone();

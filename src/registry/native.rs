@@ -262,8 +262,8 @@ impl Registry {
         }
     }
 
-    /// A heartbeat. The hot path: one lookup of the instance and one of its override, and the
-    /// command's own strings move into the replication record.
+    /// A heartbeat. The hot path: one lookup of the instance (checked and renewed in it) and one
+    /// of its override, and the command's own strings move into the replication record.
     pub(super) fn renew(
         &mut self,
         app: String,
@@ -273,36 +273,53 @@ impl Registry {
         dirty_param: Option<i64>,
         now: i64,
     ) -> Outcome {
+        /// Why a heartbeat's instance was not renewed as it was found.
+        enum Stop {
+            /// The answer, nothing renewed.
+            Reply(Reply),
+            /// Its status must be corrected first.
+            Correct(Status),
+        }
         let replication = writer.is_replication();
-        let Some(entry) = self.store.get(&app, &id) else {
-            return Outcome::reply(Reply::NotFound);
+        let overrides = &mut self.overrides;
+        let (mut expires, mut override_status) = (false, None);
+        let admitted = self.store.renew_admitted(&app, &id, now, |entry| {
+            if entry.holding.is_pod() {
+                // Kept alive by the controller; a client heartbeat is acknowledged and ignored.
+                return Err(Stop::Reply(Reply::Ok));
+            }
+            if matches!(&entry.holding, Holding::Adopted(a) if !a.raw_known) {
+                // Only a peer's copy is known here: whoever holds the client's own sends it again.
+                return Err(Stop::Reply(Reply::NotFound));
+            }
+            let current = Self::native_status(entry);
+            override_status = Self::access_override(overrides, &id, now);
+            let status = rules::resolve(current, override_status, Some(current), replication);
+            if status == Status::Unknown {
+                // Possibly a deleted override: the client must re-register.
+                return Err(Stop::Reply(Reply::NotFound));
+            }
+            expires = entry.holding.expires();
+            if status != current {
+                return Err(Stop::Correct(status));
+            }
+            Ok(())
+        });
+        let renewed = match admitted {
+            None => return Outcome::reply(Reply::NotFound),
+            Some(Err(Stop::Reply(reply))) => return Outcome::reply(reply),
+            Some(Ok(renewed)) => renewed,
+            Some(Err(Stop::Correct(status))) => {
+                // Java corrects the status silently; a delta entry keeps clients' hash codes right.
+                self.modify_native(&app, &id, status, now, |_| {});
+                self.store.renew(&app, &id, now).expect("present")
+            }
         };
-        if entry.holding.is_pod() {
-            // Kept alive by the controller; a client heartbeat is acknowledged and ignored.
-            return Outcome::reply(Reply::Ok);
-        }
-        if matches!(&entry.holding, Holding::Adopted(a) if !a.raw_known) {
-            // Only a peer's copy is known here: whoever holds the client's own sends it again.
-            return Outcome::reply(Reply::NotFound);
-        }
-        let expires = entry.holding.expires();
-        let current = Self::native_status(entry);
-        let override_status = Self::access_override(&mut self.overrides, &id, now);
-        let status = rules::resolve(current, override_status, Some(current), replication);
-        if status == Status::Unknown {
-            // Possibly a deleted override: the client must re-register.
-            return Outcome::reply(Reply::NotFound);
-        }
-        if status != current {
-            // Java corrects the status silently; a delta entry keeps clients' hash codes right.
-            self.modify_native(&app, &id, status, now, |_| {});
-        }
         if expires {
             // Adopted instances do not count toward self-preservation: nor do their renewals.
             self.preservation.renewed(now);
         }
         self.totals.renewals += 1;
-        let renewed = self.store.renew(&app, &id, now).expect("present");
         let (stored_dirty, stored_status, origin) = (renewed.last_dirty_timestamp, renewed.status, renewed.origin);
         let mut outcome = Outcome::reply(Reply::Ok);
         if let Some(incoming) = dirty_param.filter(|_| self.config.sync_when_timestamp_differs) {

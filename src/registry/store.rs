@@ -525,8 +525,24 @@ impl Store {
     /// bookkeeping, and the lease stays where it is filed unless it was counted as expired or its
     /// deadline went back). `None` when not stored.
     pub(super) fn renew(&mut self, app: &str, id: &str, now: i64) -> Option<Renewed> {
+        self.renew_admitted(app, id, now, |_| Ok::<_, ()>(()))?.ok()
+    }
+
+    /// [`Store::renew`] with the entry seen first, in the same lookup: `admit` lets the renewal go
+    /// on (`Ok`) or stops it with its own answer (`Err`; nothing changes). A heartbeat checks
+    /// its instance this way without hashing the two keys twice. `None` when not stored.
+    pub(super) fn renew_admitted<E>(
+        &mut self,
+        app: &str,
+        id: &str,
+        now: i64,
+        admit: impl FnOnce(&Entry) -> Result<(), E>,
+    ) -> Option<Result<Renewed, E>> {
         let mark = self.expiring.expired_before.0;
         let e = self.apps.get_mut(app)?.get_mut(id)?;
+        if let Err(stop) = admit(e) {
+            return Some(Err(stop));
+        }
         e.lease.renew(now);
         let renewed = Renewed {
             last_dirty_timestamp: e.info.last_dirty_timestamp,
@@ -543,7 +559,7 @@ impl Store {
             let (app_key, id_key) = self.keys(app, id)?;
             self.expiring.refile(filed, d, &app_key, &id_key);
         }
-        Some(renewed)
+        Some(Ok(renewed))
     }
 
     /// Removes an entry, cancels its lease and logs a DELETED change with its last state, which
