@@ -646,6 +646,15 @@ mod tests {
         router: Router,
         draining: Arc<AtomicBool>,
     ) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
+        start_with(settings, router, NoShortcut, draining).await
+    }
+
+    async fn start_with(
+        settings: HttpConfig,
+        router: Router,
+        shortcut: impl Shortcut,
+        draining: Arc<AtomicBool>,
+    ) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -655,7 +664,7 @@ mod tests {
             };
             let metrics = ServerMetrics::default();
             let service = Shortcuts {
-                shortcut: NoShortcut,
+                shortcut,
                 inner: router,
             };
             serve("test", listener, service, &settings, None, metrics, draining, shutdown).await
@@ -673,12 +682,8 @@ mod tests {
         let (status, head) = request(&mut kept, "/").await;
         assert_eq!(status, 200);
         assert!(!head.contains("connection: close"), "{head}");
-        draining.store(true, Ordering::Relaxed);
         // The kept-alive connection gets its answer, then is closed; new ones are still accepted.
-        let (status, head) = request(&mut kept, "/").await;
-        assert_eq!(status, 200);
-        assert!(head.contains("connection: close"), "{head}");
-        assert!(closed(&mut kept).await, "closed after the answer");
+        answered_then_closed(&mut kept, "/", 200, &draining).await;
         let mut fresh = TcpStream::connect(addr).await.unwrap();
         let (status, head) = request(&mut fresh, "/").await;
         assert_eq!(status, 200);
@@ -717,12 +722,59 @@ mod tests {
             .expect("no response in 10 s")
     }
 
+    /// Once the server is stopping (`draining` set), `path` on the kept-alive `conn` is answered
+    /// with `status` and `Connection: close`, and the connection is closed after it.
+    async fn answered_then_closed(conn: &mut TcpStream, path: &str, status: u16, draining: &AtomicBool) {
+        draining.store(true, Ordering::Relaxed);
+        let (answered, head) = request(conn, path).await;
+        assert_eq!(answered, status);
+        assert!(head.contains("connection: close"), "{head}");
+        assert!(closed(conn).await, "closed after the answer");
+    }
+
     async fn closed(conn: &mut TcpStream) -> bool {
         let mut b = [0u8; 64];
         matches!(
             tokio::time::timeout(Duration::from_secs(10), conn.read(&mut b)).await,
             Ok(Ok(0)) | Ok(Err(_))
         )
+    }
+
+    /// Answers `GET /short` itself, with 202.
+    #[derive(Clone)]
+    struct Short;
+
+    impl Shortcut for Short {
+        fn answer<B>(&self, request: &Request<B>) -> Option<axum::response::Response> {
+            (request.uri().path() == "/short").then(|| StatusCode::ACCEPTED.into_response())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_shortcut_answers_in_front_of_the_limits_and_closes_like_the_stack_when_stopping() {
+        let (entered_tx, mut entered) = mpsc::unbounded_channel();
+        let release = Arc::new(Notify::new());
+        let draining = Arc::new(AtomicBool::new(false));
+        let settings = HttpConfig {
+            max_in_flight_requests: 1,
+            ..HttpConfig::default()
+        };
+        let (addr, _stop) = start_with(settings, router(entered_tx, release.clone()), Short, draining.clone()).await;
+        let mut a = TcpStream::connect(addr).await.unwrap();
+        let held = tokio::spawn(async move { request(&mut a, "/hold").await });
+        entered.recv().await.unwrap();
+        // The only in-flight slot is taken: the stack sheds, the shortcut answers all the same,
+        // again and again on the kept-alive connection.
+        let mut b = TcpStream::connect(addr).await.unwrap();
+        assert_eq!(request(&mut b, "/").await.0, 503);
+        for _ in 0..3 {
+            let (status, head) = request(&mut b, "/short").await;
+            assert_eq!(status, 202);
+            assert!(!head.contains("connection: close"), "{head}");
+        }
+        answered_then_closed(&mut b, "/short", 202, &draining).await;
+        release.notify_one();
+        assert_eq!(held.await.unwrap().0, 200);
     }
 
     #[tokio::test]
