@@ -31,9 +31,9 @@ use crate::{
 /// Who is writing, from the replication headers; a marker is honoured only from a caller that
 /// may replicate (see [`Caller`]).
 pub fn writer(headers: &HeaderMap, caller: Caller) -> Result<Writer, ApiError> {
-    // One pass over the request's few headers (names compare by length first): looking both
-    // long custom names up in the map hashes each of them byte by byte, which cost a heartbeat
-    // more than this (by callgrind's count). The first value of a repeated header counts, as
+    // One pass over the request's few headers: looking both long custom names up in the map
+    // hashes each of them byte by byte, which cost a heartbeat more than this (by callgrind's
+    // count). The first value of a repeated header counts, as
     // `HeaderMap::get` takes it.
     let (mut replica, mut java) = (false, None);
     for (name, value) in headers {

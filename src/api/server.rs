@@ -218,7 +218,8 @@ impl Shortcut for NoShortcut {
     }
 }
 
-/// A [`Shortcut`] in front of a service.
+/// A [`Shortcut`] in front of a service: what [`serve`] is given. [`serve`] asks the shortcut
+/// itself (see `Entry`); as a tower service this serves in-process callers (the API's tests).
 #[derive(Clone, Debug)]
 pub struct Shortcuts<C, S> {
     pub shortcut: C,
